@@ -1,0 +1,33 @@
+# Quickstart targets: each creates .venv when missing, installs, then runs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Telemetry off, everywhere; offline-safe defaults.
+export MLFLOW_DISABLE_TELEMETRY := true
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export DO_NOT_TRACK := 1
+
+.PHONY: pipeline test install clean-venv
+
+pipeline: $(STAMP)
+	$(BIN)/minibert pipeline
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+# requirements.lock pins every package (pip freeze of a resolved install); pyproject.toml holds the ranges.
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -U pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c requirements.lock -e '.[test]'
+	touch $@
+
+clean-venv:
+	rm -rf $(VENV)

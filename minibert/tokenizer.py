@@ -1,0 +1,125 @@
+"""WordPiece tokenizer training and loading, on the ``tokenizers`` library.
+
+Reference: BERT's uncased WordPiece (``BertNormalizer`` with lower-casing and accent stripping,
+``BertPreTokenizer``, "##" continuation prefix, "[CLS] A [SEP] B [SEP]" template). The saved
+``tokenizer.json`` loads unchanged in ``transformers.PreTrainedTokenizerFast``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from minibert.validation import ConfigError, check_types
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in this order
+PAD, UNK, CLS, SEP, MASK = SPECIAL_TOKENS
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    vocab_size: int = 8000  # includes the special tokens
+    min_frequency: int = 2  # a merge must be seen this often
+    lowercase: bool = True  # uncased BERT; also strips accents
+    limit_alphabet: int = 1000  # most frequent initial characters kept; rarer ones become [UNK]
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.vocab_size <= len(SPECIAL_TOKENS):
+            raise ConfigError(f"vocab_size: {self.vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
+        if self.min_frequency < 1:
+            raise ConfigError(f"min_frequency: {self.min_frequency} must be >= 1")
+        if self.limit_alphabet < 1:
+            raise ConfigError(f"limit_alphabet: {self.limit_alphabet} must be >= 1")
+
+
+def _empty_tokenizer(lowercase: bool) -> Tokenizer:
+    tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix="##"))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return tok
+
+
+def train_wordpiece(texts: Iterable[str], cfg: TokenizerConfig, length: int | None = None) -> Tokenizer:
+    """Train on an iterator of texts (streamed; never held in memory at once).
+
+    ``length`` is the number of texts if known (progress reporting only).
+    """
+    tok = _empty_tokenizer(cfg.lowercase)
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=cfg.vocab_size,
+        min_frequency=cfg.min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=cfg.limit_alphabet,
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    tok.train_from_iterator(_checked(texts), trainer=trainer, length=length)
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0",
+        pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, cls_id), (SEP, sep_id)],
+    )
+    return tok
+
+
+def _checked(texts: Iterable[str]) -> Iterator[str]:
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"text #{i} is {type(text).__name__}, expected str")
+        yield text
+
+
+def save_tokenizer(tok: Tokenizer, path: str | os.PathLike[str]) -> Path:
+    """Write ``tokenizer.json`` atomically (temp file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        tok.save(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
+    """Load a ``tokenizer.json``; check it has our special tokens at the expected ids."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no tokenizer at {path}; run the tokenizer stage first (dvc repro tokenizer)")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as err:
+        raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from err
+    for expected_id, token in enumerate(SPECIAL_TOKENS):
+        if tok.token_to_id(token) != expected_id:
+            raise ValueError(f"{path}: special token {token} has id {tok.token_to_id(token)}, expected {expected_id}")
+    return tok
+
+
+def to_transformers_tokenizer(path: str | os.PathLike[str], model_max_length: int = 512) -> Any:
+    """Wrap a saved tokenizer.json as ``transformers.PreTrainedTokenizerFast``."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("to_transformers_tokenizer needs transformers: pip install 'minibert[test]'") from err
+    return PreTrainedTokenizerFast(
+        tokenizer_file=str(path),
+        unk_token=UNK,
+        pad_token=PAD,
+        cls_token=CLS,
+        sep_token=SEP,
+        mask_token=MASK,
+        model_max_length=model_max_length,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+    )

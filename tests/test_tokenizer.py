@@ -1,0 +1,112 @@
+"""WordPiece training, saving and loading; the saved file encodes identically in transformers."""
+
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from minibert.tokenizer import (
+    SPECIAL_TOKENS,
+    TokenizerConfig,
+    load_tokenizer,
+    save_tokenizer,
+    to_transformers_tokenizer,
+    train_wordpiece,
+)
+from minibert.validation import ConfigError
+
+# Hand-written review-like sentences: enough for a small vocabulary, no dataset content.
+CORPUS = [
+    "The film is a charming, funny and moving portrait of a family.",
+    "A dull, lifeless movie that never finds its footing.",
+    "Performances are wonderful, but the script is painfully thin.",
+    "I loved every minute of this beautifully photographed drama!",
+    "An utterly forgettable sequel; the actors look bored.",
+    "Smart, warm and surprisingly tender, it's the best comedy of the year.",
+    "The plot makes no sense and the dialogue is laughable.",
+    "Director's vision shines through despite a clumsy second act.",
+    "Café scenes in Paris feel authentic and unhurried.",
+    "Not worth the ticket price, not even for the special effects.",
+] * 20
+TEXTS = ["Hello WORLD, the movie was un-watchable!!", "Résumé of a naïve café owner", "zzzq unseenword"]
+
+
+@pytest.fixture(scope="module")
+def trained() -> Tokenizer:
+    return train_wordpiece(iter(CORPUS), TokenizerConfig(vocab_size=200, min_frequency=2))
+
+
+def test_special_tokens_come_first(trained: Tokenizer) -> None:
+    assert [trained.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+
+
+def test_vocabulary_size_is_respected(trained: Tokenizer) -> None:
+    assert len(SPECIAL_TOKENS) < trained.get_vocab_size() <= 200
+    bigger = train_wordpiece(iter(CORPUS), TokenizerConfig(vocab_size=300, min_frequency=1))
+    assert bigger.get_vocab_size() > trained.get_vocab_size()
+
+
+def test_lowercases_strips_accents_and_wraps_in_cls_sep(trained: Tokenizer) -> None:
+    upper, lower = trained.encode("The FILM"), trained.encode("the film")
+    assert upper.ids == lower.ids
+    assert trained.encode("café").ids == trained.encode("cafe").ids
+    assert upper.tokens[0] == "[CLS]" and upper.tokens[-1] == "[SEP]"
+    assert any(t.startswith("##") for t in trained.encode("unhurriedly").tokens)
+
+
+def test_pair_encoding_sets_segment_ids(trained: Tokenizer) -> None:
+    enc = trained.encode("a good film", "a bad film")
+    first_sep = enc.tokens.index("[SEP]")
+    assert set(enc.type_ids[: first_sep + 1]) == {0}
+    assert set(enc.type_ids[first_sep + 1 :]) == {1}
+
+
+def test_save_and_load_round_trip(trained: Tokenizer, tmp_path: Path) -> None:
+    path = save_tokenizer(trained, tmp_path / "tok" / "tokenizer.json")
+    assert json.loads(path.read_text())["model"]["type"] == "WordPiece"
+    assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"], "no temp file left behind"
+    loaded = load_tokenizer(path)
+    for text in TEXTS:
+        assert loaded.encode(text).ids == trained.encode(text).ids
+
+
+def test_transformers_fast_tokenizer_encodes_identically(trained: Tokenizer, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    path = save_tokenizer(trained, tmp_path / "tokenizer.json")
+    hf = to_transformers_tokenizer(path)
+    assert (hf.pad_token_id, hf.unk_token_id, hf.cls_token_id, hf.sep_token_id, hf.mask_token_id) == (0, 1, 2, 3, 4)
+    for text in TEXTS:
+        ours = trained.encode(text)
+        theirs = hf(text)
+        assert theirs["input_ids"] == ours.ids
+        assert theirs["token_type_ids"] == ours.type_ids
+    pair_ours = trained.encode(TEXTS[0], TEXTS[1])
+    assert hf(TEXTS[0], TEXTS[1])["input_ids"] == pair_ours.ids
+    batch = hf(TEXTS, padding=True)
+    trained.enable_padding(pad_id=0, pad_token="[PAD]")
+    try:
+        ours_batch = trained.encode_batch(TEXTS)
+    finally:
+        trained.no_padding()
+    assert batch["input_ids"] == [e.ids for e in ours_batch]
+    assert batch["attention_mask"] == [e.attention_mask for e in ours_batch]
+
+
+def test_load_errors_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no tokenizer at .*missing.json"):
+        load_tokenizer(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json is not a valid tokenizer.json"):
+        load_tokenizer(bad)
+
+
+def test_non_string_text_is_refused() -> None:
+    with pytest.raises(TypeError, match="text #1 is int"):
+        train_wordpiece(iter(["fine", 3]), TokenizerConfig(vocab_size=50))  # type: ignore[list-item]
+
+
+def test_config_rejects_a_vocabulary_smaller_than_the_specials() -> None:
+    with pytest.raises(ConfigError, match="vocab_size: 4 must exceed"):
+        TokenizerConfig(vocab_size=4)
