@@ -8,13 +8,13 @@ Reference: BERT's uncased WordPiece (``BertNormalizer`` with lower-casing and ac
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from minibert.files import atomic_output
 from minibert.validation import ConfigError, check_types
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in this order
@@ -79,17 +79,9 @@ def _checked(texts: Iterable[str]) -> Iterator[str]:
 
 def save_tokenizer(tok: Tokenizer, path: str | os.PathLike[str]) -> Path:
     """Write ``tokenizer.json`` atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        tok.save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    with atomic_output(path) as tmp:
+        tok.save(str(tmp))
+    return Path(path)
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:

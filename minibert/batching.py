@@ -1,0 +1,51 @@
+"""Length-bucketed batching with dynamic padding, so little compute goes to [PAD].
+
+Reference: the "bucket by length" samplers of fairseq and ``transformers``'
+``LengthGroupedSampler``: shuffle, cut into mega-batches of ``bucket_size`` batches, sort each
+mega-batch by length, slice it into batches, shuffle the batch order. Each batch is padded to
+its own longest sequence, not to a global maximum.
+
+Shape legend: B batch, T longest sequence in the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+def bucketed_batches(
+    lengths: Sequence[int] | np.ndarray, batch_size: int, rng: np.random.Generator, bucket_size: int = 50
+) -> list[np.ndarray]:
+    """Index arrays, one a batch, covering every example exactly once (last batches may be short)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    lengths = np.asarray(lengths)
+    order = rng.permutation(len(lengths))
+    mega = batch_size * bucket_size
+    batches = []
+    for start in range(0, len(order), mega):
+        chunk = order[start : start + mega]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def sorted_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Deterministic batches of similar length, for evaluation (no shuffling)."""
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Right-pad to the longest sequence: ids (B, T) int64 and attention mask (B, T) int64."""
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return ids, mask

@@ -1,0 +1,54 @@
+"""Turning texts into model inputs and models into predictions, batched, without padding waste.
+
+``encode`` tokenizes with the ``tokenizers`` library (Rust, batched) and truncates to
+``max_length``; ``predict_logits`` runs a classifier over length-sorted batches (so each batch
+is padded only to its own longest text) and returns logits in the original order.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor, nn
+
+from minibert.batching import pad_batch, sorted_batches
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids with [CLS] ... [SEP], truncated to ``max_length`` (the [SEP] is kept)."""
+    if max_length < 3:
+        raise ValueError(f"max_length must be >= 3 to hold [CLS] x [SEP], got {max_length}")
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    try:
+        return [e.ids for e in tokenizer.encode_batch(list(texts))]
+    finally:
+        tokenizer.no_truncation()
+
+
+def predict_logits(
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor],
+    sequences: Sequence[Sequence[int]],
+    batch_size: int,
+    pad_id: int = 0,
+) -> np.ndarray:
+    """(N, L) float32 logits for N encoded sequences, in input order."""
+    out: np.ndarray | None = None
+    with torch.inference_mode():
+        for index in sorted_batches([len(s) for s in sequences], batch_size):
+            ids, mask = pad_batch([sequences[i] for i in index], pad_id)
+            logits = model(ids, mask).float().numpy()
+            if out is None:
+                out = np.empty((len(sequences), logits.shape[1]), dtype=np.float32)
+            out[index] = logits
+    assert out is not None, "no sequences"
+    return out
+
+
+def chunk_document(ids: Sequence[int], max_length: int, cls_id: int, sep_id: int) -> list[list[int]]:
+    """Split a document's ids (no specials) into [CLS] piece [SEP] sequences of <= max_length."""
+    body = max_length - 2
+    return [[cls_id, *ids[i : i + body], sep_id] for i in range(0, len(ids), body)] if ids else []

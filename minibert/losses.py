@@ -1,0 +1,34 @@
+"""Training losses as pure functions of logits and targets.
+
+References: MLM cross-entropy over selected positions (Devlin et al. 2018); knowledge
+distillation (Hinton et al. 2015): alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) +
+(1 - alpha) * CE(s, y); the T^2 keeps the soft-target gradients on the same scale as T changes.
+
+Shape legend: B batch, N masked tokens, V vocabulary, L labels.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from minibert.masking import IGNORE_INDEX
+
+
+def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
+    """Mean cross-entropy; logits (N, V) with labels (N,), or (B, T, V) with (B, T) using IGNORE_INDEX."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temperature: float, alpha: float) -> Tensor:
+    """Hinton distillation loss; logits (B, L), labels (B,). alpha weighs the soft term."""
+    if temperature <= 0 or not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"need temperature > 0 and alpha in [0, 1], got {temperature}, {alpha}")
+    soft = F.kl_div(
+        F.log_softmax(student_logits.float() / temperature, dim=-1),
+        F.log_softmax(teacher_logits.float() / temperature, dim=-1),
+        reduction="batchmean",
+        log_target=True,
+    )
+    hard = F.cross_entropy(student_logits.float(), labels)
+    return alpha * temperature**2 * soft + (1.0 - alpha) * hard

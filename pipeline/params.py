@@ -1,0 +1,188 @@
+"""The only reader of params.yaml: one typed, frozen dataclass a stage section.
+
+Hyperparameters live in params.yaml (sectioned by stage); paths live in dvc.yaml. Unknown keys,
+missing sections and wrong types fail here with the file and the dotted key named.
+``model`` and ``distill.student`` are ``minibert.ModelConfig`` dicts (a ``preset`` key plus
+overrides); their vocabulary size always comes from the trained tokenizer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from minibert.config import ModelConfig
+from minibert.trainer import OptimConfig
+from minibert.validation import ConfigError, from_dict
+
+DEFAULT_PATH = Path("params.yaml")
+
+
+@dataclass(frozen=True)
+class DataParams:
+    source: Literal["mirror", "hub"] = "mirror"  # mirror: dvc pull from the DVC remote; hub: datasets.load_dataset
+    sst2_hub_id: str = "stanfordnlp/sst2"
+    imdb_hub_id: str = "stanfordnlp/imdb"
+    hub_revision: str | None = None  # pin a Hub commit for reproducibility
+
+
+@dataclass(frozen=True)
+class PrepareParams:
+    seed: int = 42
+    val_fraction: float = 0.05  # of SST-2 train, stratified by label; GLUE dev stays the test of record
+    max_train_rows: int | None = None  # subsample SST-2 train (tiny profile); None = all
+    max_dev_rows: int | None = None
+    corpus_max_docs: int | None = None  # IMDb unlabeled reviews in the pretraining corpus; None = all
+    min_chars: int = 2  # texts shorter than this after normalisation are dropped
+
+
+@dataclass(frozen=True)
+class TokenizerParams:
+    vocab_size: int = 8000
+    min_frequency: int = 2
+    lowercase: bool = True
+
+
+@dataclass(frozen=True)
+class PretrainParams:
+    seed: int = 0
+    max_length: int = 128  # tokens a training sequence, [CLS] and [SEP] included
+    mlm_probability: float = 0.15
+    batch_size: int = 64
+    max_steps: int = 2000
+    time_budget_min: float | None = None  # stop early when spent; None = run max_steps
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    log_every: int = 25
+    eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
+
+
+@dataclass(frozen=True)
+class FinetuneParams:
+    seed: int = 0
+    max_length: int = 64
+    batch_size: int = 32
+    epochs: float = 2.0
+    time_budget_min: float | None = None
+    pooling: Literal["cls", "mean", "max"] = "cls"
+    dropout: float = 0.1
+    from_pretrained: bool = True  # False trains from random initialisation (the no-pretraining ablation)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.1))
+    log_every: int = 25
+    eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
+
+
+@dataclass(frozen=True)
+class BaselineParams:
+    ngram_max: int = 2
+    min_df: int = 2
+    sublinear_tf: bool = True
+    C: float = 4.0
+    max_iter: int = 2000
+
+
+@dataclass(frozen=True)
+class DistillParams:
+    seed: int = 0
+    student: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
+    temperature: float = 2.0
+    alpha: float = 0.5  # weight of the soft (teacher) term; 1 - alpha on the labels
+    batch_size: int = 32
+    epochs: float = 2.0
+    time_budget_min: float | None = None
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-4, warmup_ratio=0.1))
+    log_every: int = 25
+
+
+@dataclass(frozen=True)
+class QuantizeParams:
+    dtype: Literal["qint8"] = "qint8"  # torch dynamic quantisation of the Linear layers
+
+
+@dataclass(frozen=True)
+class ExportParams:
+    opset: int = 18
+    parity_atol: float = 1e-4  # max |logit difference| ONNX vs torch on SST-2 dev before export fails
+    threads: int = 2
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    batch_size: int = 32
+    threads: int = 2
+    latency_rows: int = 64  # dev rows timed one at a time for p50/p95 batch-1 latency
+    deploy: Literal["student_onnx", "student", "teacher"] = "student_onnx"  # what register ships
+
+
+@dataclass(frozen=True)
+class RegisterParams:
+    model_name: str = "minibert-sst2"
+    min_accuracy: float = 0.0  # refuse to register below this dev accuracy
+
+
+@dataclass(frozen=True)
+class TrackingParams:
+    experiment: str = "minibert"
+
+
+@dataclass(frozen=True)
+class Params:
+    data: DataParams = field(default_factory=DataParams)
+    prepare: PrepareParams = field(default_factory=PrepareParams)
+    tokenizer: TokenizerParams = field(default_factory=TokenizerParams)
+    model: dict[str, Any] = field(default_factory=lambda: {"preset": "mini"})
+    pretrain: PretrainParams = field(default_factory=PretrainParams)
+    finetune: FinetuneParams = field(default_factory=FinetuneParams)
+    baseline: BaselineParams = field(default_factory=BaselineParams)
+    distill: DistillParams = field(default_factory=DistillParams)
+    quantize: QuantizeParams = field(default_factory=QuantizeParams)
+    export: ExportParams = field(default_factory=ExportParams)
+    evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    register: RegisterParams = field(default_factory=RegisterParams)
+    tracking: TrackingParams = field(default_factory=TrackingParams)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        """The teacher's ModelConfig with the tokenizer's vocabulary size."""
+        return ModelConfig.from_dict({**self.model, "vocab_size": vocab_size}, where="model")
+
+    def student_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig.from_dict({**self.distill.student, "vocab_size": vocab_size}, where="distill.student")
+
+
+def load_params(path: str | os.PathLike[str] | None = None) -> Params:
+    """Read and validate params.yaml (or ``path``); every error names the file and the key."""
+    path = Path(path or os.environ.get("MINIBERT_PARAMS", DEFAULT_PATH))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: params file not found; run from the project root or set MINIBERT_PARAMS")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    try:
+        params = from_dict(Params, raw)
+        for section, model in (("model", params.model), ("distill.student", params.distill.student)):
+            if "vocab_size" in model:
+                raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
+        # The model sections are free-form dicts until a vocabulary is known: validate them now.
+        params.model_config(vocab_size=30000)
+        params.student_config(vocab_size=30000)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return params
+
+
+def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dataclasses / dicts as {"a.b.c": value}, for MLflow params."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj):
+        obj = dataclasses.asdict(obj)
+    if isinstance(obj, dict):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): obj}

@@ -1,0 +1,67 @@
+"""Where a result came from: the git commit and the DVC digests of the data it read.
+
+DVC already hashes every tracked input: ``*.dvc`` files for raw data, ``dvc.lock`` for stage
+outputs. We read those records rather than re-hashing, so the digest MLflow shows is the one
+``dvc status`` compares. A path DVC does not know (a stage run by hand) gets a local md5.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+
+def git_commit(root: Path) -> tuple[str, bool]:
+    """(commit sha or "unknown", True if the work tree has uncommitted changes)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(
+            subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           capture_output=True, text=True, check=True).stdout.strip()
+        )
+        return sha, dirty
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+
+
+def _dvc_records(root: Path) -> dict[str, str]:
+    """{path relative to root: md5} from dvc.lock outs and every *.dvc file."""
+    records: dict[str, str] = {}
+    lock = root / "dvc.lock"
+    if lock.is_file():
+        for stage in (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).values():
+            for out in stage.get("outs", []):
+                records[os.path.normpath(out["path"])] = out.get("md5", "")
+    for dvc_file in root.glob("data/**/*.dvc"):
+        for out in (yaml.safe_load(dvc_file.read_text()) or {}).get("outs", []):
+            rel = os.path.relpath(dvc_file.parent / out["path"], root)
+            records[os.path.normpath(rel)] = out.get("md5", "")
+    return records
+
+
+def _local_md5(path: Path) -> str:
+    digest = hashlib.md5()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
+        with open(file, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def data_digests(paths: list[Path], root: Path) -> dict[str, str]:
+    """{relative path: "md5:<dvc md5>" or "local-md5:<md5>"} for each existing input path."""
+    records = _dvc_records(root)
+    out = {}
+    for path in paths:
+        rel = os.path.normpath(os.path.relpath(Path(path).resolve(), root.resolve()))
+        if rel in records and records[rel]:
+            out[rel] = f"md5:{records[rel]}"
+        elif Path(path).exists():
+            out[rel] = f"local-md5:{_local_md5(Path(path))}"
+    return out

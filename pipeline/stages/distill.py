@@ -1,0 +1,105 @@
+"""distill: train a smaller student on the teacher's soft targets (Hinton et al. 2015 KD loss).
+
+The teacher's logits on the training split are computed once; the student (a minibert of
+``distill.student`` shape) starts from evenly spaced teacher layers when widths match
+(DistilBERT-style) and is trained on alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE,
+with the same batching, schedule and best-on-validation selection as fine-tuning.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from minibert.batching import bucketed_batches, pad_batch
+from minibert.checkpoint import load_model, save_model
+from minibert.config import ClassifierConfig, ModelConfig
+from minibert.distill import init_student_from_teacher
+from minibert.inference import predict_logits
+from minibert.losses import kd_loss
+from minibert.model import SequenceClassifier, build_classifier
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import Tracker
+from pipeline.io import read_table, write_json
+from pipeline.params import DistillParams, FinetuneParams, Params, load_params
+from pipeline.stages.finetune import encode_split, train_classifier
+from pipeline.tracking import stage_run
+
+
+def parameter_counts(model: SequenceClassifier) -> dict[str, int]:
+    total = sum(p.numel() for p in model.parameters())
+    embedding = sum(p.numel() for n, p in model.named_parameters() if ".embeddings." in n)
+    return {"params": total, "non_embedding_params": total - embedding}
+
+
+def run(
+    cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig, max_length: int,
+    train: tuple[list[list[int]], np.ndarray], val: tuple[list[list[int]], np.ndarray], tracker: Tracker,
+) -> tuple[SequenceClassifier, dict]:
+    torch.manual_seed(cfg.seed)
+    teacher_logits = torch.from_numpy(predict_logits(teacher, train[0], batch_size=128))
+    student = build_classifier(student_cfg, head_cfg)
+    copied = init_student_from_teacher(student, teacher)
+
+    # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
+    loop_cfg = FinetuneParams(
+        seed=cfg.seed, max_length=max_length, batch_size=cfg.batch_size, epochs=cfg.epochs,
+        time_budget_min=cfg.time_budget_min, optim=cfg.optim, log_every=cfg.log_every,
+        eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
+    )
+    targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits.numpy()], axis=1)
+    student, metrics = train_classifier(
+        student, loop_cfg, (train[0], targets), val, tracker, name="distill",
+        step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha),
+    )
+    t_counts, s_counts = parameter_counts(teacher), parameter_counts(student)
+    metrics.update({
+        "student_params": s_counts["params"],
+        "student_non_embedding_params": s_counts["non_embedding_params"],
+        "non_embedding_ratio": s_counts["non_embedding_params"] / t_counts["non_embedding_params"],
+        "tensors_copied_from_teacher": len(copied),
+    })
+    return student, metrics
+
+
+def kd_step(model: SequenceClassifier, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, int]:
+    ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
+    labels, teacher = targets[:, 0].long(), targets[:, 1:]
+    return kd_loss(model(ids, mask), teacher, labels, temperature, alpha), int(mask.sum())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("data/prepared"))
+    parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
+    parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
+    parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+    train_path, val_path = args.data / "sst2_train.parquet", args.data / "sst2_val.parquet"
+    with stage_run("distill", params, ["distill", "finetune"], [train_path, val_path, args.tokenizer, args.teacher]) as tracker:
+        tok = load_tokenizer(args.tokenizer)
+        teacher, _, head_cfg = load_model(args.teacher)
+        student_cfg = params.student_config(tok.get_vocab_size())
+        max_length = params.finetune.max_length
+        train_df, val_df = read_table(train_path, ["text", "label"]), read_table(val_path, ["text", "label"])
+        tracker.log_dataset(train_df, "sst2_train", train_path, context="training")
+        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, max_length,
+                               encode_split(tok, train_df, max_length), encode_split(tok, val_df, max_length), tracker)
+        save_model(student, student_cfg, args.out, head_cfg)
+        write_json(metrics, args.metrics)
+        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
+        tracker.log_artifact(args.out, "checkpoint")
+        tracker.log_artifact(args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)

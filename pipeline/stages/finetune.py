@@ -1,0 +1,144 @@
+"""finetune: the SST-2 sentiment classifier, initialised from the pretrained encoder.
+
+Length-bucketed batches with dynamic padding; AdamW with warmup and decay; validation accuracy
+every ``eval_every`` steps, and the best-scoring weights are the ones written (early stopping
+by model selection on the validation split, never on GLUE dev). ``from_pretrained: false``
+trains the same classifier from random initialisation, the ablation that shows what
+pretraining buys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from minibert.batching import bucketed_batches, pad_batch
+from minibert.checkpoint import load_model, save_model
+from minibert.config import ClassifierConfig, ModelConfig
+from minibert.inference import encode, predict_logits
+from minibert.model import Backbone, SequenceClassifier, build_classifier
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import LoopConfig, Tracker, fit
+from pipeline.io import read_table, write_json
+from pipeline.metrics import classification_metrics
+from pipeline.params import FinetuneParams, Params, load_params
+from pipeline.progress import progress_bar
+from pipeline.tracking import stage_run
+
+
+def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[Tensor, ...]]:
+    """Endless (ids, mask, labels) batches, length-bucketed, reshuffled every epoch."""
+    rng = np.random.default_rng(seed)
+    lengths = [len(s) for s in sequences]
+    while True:
+        for index in bucketed_batches(lengths, batch_size, rng):
+            ids, mask = pad_batch([sequences[i] for i in index], pad_id=0)
+            yield ids, mask, torch.as_tensor(labels[index])  # int labels, or float targets (distill)
+
+
+def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+    ids, mask, labels = batch
+    return F.cross_entropy(model(ids, mask), labels), int(mask.sum())
+
+
+def steps_for(rows: int, batch_size: int, epochs: float) -> int:
+    return max(1, math.ceil(epochs * math.ceil(rows / batch_size)))
+
+
+def train_classifier(
+    model: SequenceClassifier, cfg: FinetuneParams, train: tuple[list[list[int]], np.ndarray],
+    val: tuple[list[list[int]], np.ndarray], tracker: Tracker, name: str = "finetune",
+    step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
+) -> tuple[SequenceClassifier, dict]:
+    """Train, evaluating on ``val`` every ``eval_every`` steps; returns the best model and metrics.
+
+    ``step`` computes (loss, tokens) for a batch (default: cross-entropy on the labels).
+    """
+    best: dict = {"accuracy": -1.0, "index": -1, "state": None}
+    n_evals = 0
+
+    def evaluate(m: SequenceClassifier) -> dict[str, float]:
+        nonlocal n_evals
+        metrics = classification_metrics(val[1], predict_logits(m, val[0], batch_size=128))
+        if metrics["accuracy"] > best["accuracy"]:
+            best.update(accuracy=metrics["accuracy"], index=n_evals, state=copy.deepcopy(m.state_dict()))
+        n_evals += 1
+        return metrics
+
+    max_steps = steps_for(len(train[0]), cfg.batch_size, cfg.epochs)
+    budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
+    with progress_bar(max_steps, name) as bar:
+        result = fit(
+            model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed), step or classify_step, cfg.optim,
+            LoopConfig(max_steps=max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every),
+            tracker, evaluate=evaluate, progress=bar,
+        )
+    model.load_state_dict(best["state"])
+    metrics = {
+        "val_accuracy": best["accuracy"],
+        "val_f1": result.evals[best["index"]][1]["f1"],
+        "best_step": result.evals[best["index"]][0],
+        "steps": result.steps,
+        "stopped_by_budget": result.stopped_by == "time_budget",
+        "train_seconds": result.seconds,
+        "epochs": result.steps * cfg.batch_size / len(train[0]),
+    }
+    return model.eval(), metrics
+
+
+def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | None) -> SequenceClassifier:
+    head = ClassifierConfig(num_labels=2, pooling=cfg.pooling, dropout=cfg.dropout)
+    return build_classifier(model_cfg, head, backbone=pretrained)
+
+
+def encode_split(tok: Tokenizer, df: pd.DataFrame, max_length: int) -> tuple[list[list[int]], np.ndarray]:
+    return encode(tok, df["text"].tolist(), max_length), df["label"].to_numpy()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("data/prepared"))
+    parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
+    parser.add_argument("--pretrained", type=Path, default=Path("models/pretrain/model.safetensors"))
+    parser.add_argument("--out", type=Path, default=Path("models/finetune/model.safetensors"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/finetune.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+    cfg = params.finetune
+    train_path, val_path = args.data / "sst2_train.parquet", args.data / "sst2_val.parquet"
+    with stage_run("finetune", params, ["model", "finetune"], [train_path, val_path, args.tokenizer, args.pretrained]) as tracker:
+        torch.manual_seed(cfg.seed)
+        tok = load_tokenizer(args.tokenizer)
+        train_df, val_df = read_table(train_path, ["text", "label"]), read_table(val_path, ["text", "label"])
+        tracker.log_dataset(train_df, "sst2_train", train_path, context="training")
+        tracker.log_dataset(val_df, "sst2_val", val_path, context="validation")
+        if cfg.from_pretrained:
+            mlm, model_cfg, _ = load_model(args.pretrained)
+            backbone = mlm.backbone
+        else:
+            model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
+        model = build(cfg, model_cfg, backbone)
+        model, metrics = train_classifier(
+            model, cfg, encode_split(tok, train_df, cfg.max_length), encode_split(tok, val_df, cfg.max_length), tracker
+        )
+        save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))
+        write_json(metrics, args.metrics)
+        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
+        tracker.log_artifact(args.out, "checkpoint")
+        tracker.log_artifact(args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)

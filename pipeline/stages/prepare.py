@@ -1,0 +1,180 @@
+"""prepare: validate and normalise the raw data, carve the validation split, write a report.
+
+Inputs (raw layout of ../shared/data/README.md): sst2/{train,dev}.tsv, imdb/{train,test,unsup}.jsonl.gz.
+Outputs (one folder, written atomically): sst2_{train,val,dev}, imdb_{train,test} and the
+pretraining ``corpus`` (IMDb unlabeled + SST-2 train text) as parquet tables with columns
+``text`` (and ``label``); a report with counts, drops and sha256 digests.
+
+Rules: whitespace collapsed and IMDb ``<br />`` tags replaced by spaces; texts shorter than
+``min_chars`` dropped; duplicate texts kept once (all copies dropped when their labels
+disagree); SST-2 train rows whose text is also in GLUE dev dropped (no test leakage); the
+validation split is a stratified, seeded sample of SST-2 train. GLUE dev stays the test of record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.io import DataError, atomic_path, write_json
+from pipeline.tracking import stage_run
+from pipeline.params import Params, PrepareParams, load_params
+
+BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
+SPACE = re.compile(r"\s+")
+
+
+def normalise(text: str) -> str:
+    return SPACE.sub(" ", BR.sub(" ", text)).strip()
+
+
+def read_sst2(path: Path) -> pd.DataFrame:
+    """GLUE SST-2 train/dev TSV: header ``sentence\\tlabel``, labels 0/1."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; pull the raw data first (dvc pull, or make pipeline)")
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if header != ["sentence", "label"]:
+            raise DataError(f"{path}: header is {header}, expected ['sentence', 'label'] (GLUE SST-2 format)")
+        for line_no, fields in enumerate(reader, start=2):
+            if len(fields) != 2:
+                raise DataError(f"{path}, line {line_no}: expected 2 tab-separated fields, got {len(fields)}")
+            if fields[1] not in ("0", "1"):
+                raise DataError(f"{path}, line {line_no}: label {fields[1]!r} is not 0 or 1")
+            rows.append((fields[0], int(fields[1])))
+    return pd.DataFrame(rows, columns=["text", "label"])
+
+
+def read_imdb(path: Path, labels: tuple[int, ...]) -> pd.DataFrame:
+    """IMDb JSON Lines (gzipped): objects with ``text`` and ``label`` in ``labels``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; pull the raw data first (dvc pull, or make pipeline)")
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}, line {line_no}: not valid JSON ({err})") from err
+            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or obj.get("label") not in labels:
+                raise DataError(f"{path}, line {line_no}: need a string 'text' and a 'label' in {list(labels)}")
+            rows.append((obj["text"], obj["label"]))
+    return pd.DataFrame(rows, columns=["text", "label"])
+
+
+@dataclass
+class Cleaned:
+    table: pd.DataFrame
+    dropped: dict[str, int]
+
+
+def clean(df: pd.DataFrame, min_chars: int, labelled: bool) -> Cleaned:
+    """Normalise text, drop short texts and duplicates (conflicting labels: drop every copy)."""
+    df = df.assign(text=df["text"].map(normalise))
+    short = df["text"].str.len() < min_chars
+    df = df[~short]
+    dropped = {"short": int(short.sum())}
+    if labelled:
+        n_labels = df.groupby("text")["label"].transform("nunique")
+        conflicting = n_labels > 1
+        dropped["conflicting_labels"] = int(conflicting.sum())
+        df = df[~conflicting]
+    before = len(df)
+    df = df.drop_duplicates("text", keep="first")
+    dropped["duplicates"] = before - len(df)
+    return Cleaned(df.reset_index(drop=True), dropped)
+
+
+def stratified_split(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rest, held-out) with ``fraction`` of each label held out; seeded."""
+    rng = np.random.default_rng(seed)
+    held = []
+    for _, group in df.groupby("label", sort=True):
+        n = int(round(len(group) * fraction))
+        held.extend(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist())
+    mask = df.index.isin(held)
+    return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True)
+
+
+def sample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
+    if n is None or n >= len(df):
+        return df
+    return df.sample(n=n, random_state=seed).reset_index(drop=True)
+
+
+def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, pd.DataFrame], dict]:
+    """All prepared tables by name, and the report (without digests)."""
+    if not 0.0 < cfg.val_fraction < 1.0:
+        raise DataError(f"prepare.val_fraction: {cfg.val_fraction} must be in (0, 1)")
+    report: dict = {"dropped": {}}
+    dev = clean(read_sst2(sst2_dir / "dev.tsv"), cfg.min_chars, labelled=True)
+    train = clean(read_sst2(sst2_dir / "train.tsv"), cfg.min_chars, labelled=True)
+    leaked = train.table["text"].isin(set(dev.table["text"]))
+    train.dropped["in_dev"] = int(leaked.sum())
+    train_rest, val = stratified_split(train.table[~leaked].reset_index(drop=True), cfg.val_fraction, cfg.seed)
+    report["dropped"].update({"sst2_train": train.dropped, "sst2_dev": dev.dropped})
+    tables = {
+        "sst2_train": sample(train_rest, cfg.max_train_rows, cfg.seed),
+        "sst2_val": sample(val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed),
+        "sst2_dev": sample(dev.table, cfg.max_dev_rows, cfg.seed),
+    }
+    for split in ("train", "test"):
+        imdb = clean(read_imdb(imdb_dir / f"{split}.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
+        report["dropped"][f"imdb_{split}"] = imdb.dropped
+        tables[f"imdb_{split}"] = sample(imdb.table, cfg.max_train_rows, cfg.seed)
+    unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), cfg.min_chars, labelled=False)
+    report["dropped"]["imdb_unsup"] = unsup.dropped
+    docs = sample(unsup.table, cfg.corpus_max_docs, cfg.seed)["text"]
+    corpus = pd.concat([docs, tables["sst2_train"]["text"]], ignore_index=True)
+    tables["corpus"] = pd.DataFrame({"text": corpus.drop_duplicates().reset_index(drop=True)})
+    report["rows"] = {name: len(t) for name, t in tables.items()}
+    report["labels"] = {name: {str(k): int(v) for k, v in t["label"].value_counts().sort_index().items()}
+                        for name, t in tables.items() if "label" in t}
+    report["corpus_chars"] = int(tables["corpus"]["text"].str.len().sum())
+    return tables, report
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--raw", type=Path, default=Path("data/raw"))
+    parser.add_argument("--out", type=Path, default=Path("data/prepared"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/prepare.json"))
+    parser.add_argument("--report", type=Path, default=Path("reports/data.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+
+    with stage_run("prepare", params, ["prepare"], [args.raw / "sst2", args.raw / "imdb"]) as tracker:
+        tables, report = run(params.prepare, args.raw / "sst2", args.raw / "imdb")
+        with atomic_path(args.out) as tmp:
+            tmp.mkdir()
+            for name, table in tables.items():
+                table.to_parquet(tmp / f"{name}.parquet", index=False)
+        report["sha256"] = {name: sha256(args.out / f"{name}.parquet") for name in tables}
+        write_json(report, args.report)
+        write_json({"rows": report["rows"], "corpus_chars": report["corpus_chars"]}, args.metrics)
+        tracker.log_metrics({f"rows_{k}": v for k, v in report["rows"].items()})
+        for name in ("sst2_train", "sst2_val", "sst2_dev", "corpus"):
+            tracker.log_dataset(tables[name], name, args.out / f"{name}.parquet", context=name)
+        tracker.log_artifact(args.report)
+        tracker.log_artifact(args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)

@@ -1,0 +1,148 @@
+"""pretrain: masked-language-model pretraining of the encoder on the corpus.
+
+Documents are tokenized, cut into [CLS] piece [SEP] sequences of at most ``max_length``
+tokens, batched by length with dynamic padding, and masked afresh each time a sequence is
+seen (80/10/10). The MLM head runs in sparse mode: vocabulary logits only at masked
+positions. A held-out slice of sequences, masked once with a fixed seed, gives the masked-token
+accuracy and loss reported at the end. Only as many documents are encoded as ``max_steps``
+batches need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+from tokenizers import Tokenizer
+from torch import Tensor
+
+from minibert.batching import bucketed_batches, pad_batch, sorted_batches
+from minibert.checkpoint import save_model
+from minibert.config import ModelConfig
+from minibert.inference import chunk_document
+from minibert.losses import mlm_loss
+from minibert.masking import mask_tokens
+from minibert.model import MaskedLM, build_mlm
+from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer
+from minibert.trainer import LoopConfig, LoopResult, Tracker, fit
+from pipeline.io import read_table, write_json
+from pipeline.params import Params, PretrainParams, load_params
+from pipeline.progress import progress_bar
+from pipeline.tracking import stage_run
+
+
+def build_sequences(tok: Tokenizer, texts: list[str], max_length: int, needed: int, seed: int) -> list[list[int]]:
+    """Encode shuffled documents until ``needed`` sequences exist (or the corpus runs out)."""
+    order = np.random.default_rng(seed).permutation(len(texts))
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    sequences: list[list[int]] = []
+    for start in range(0, len(order), 2048):
+        chunk = [texts[i] for i in order[start : start + 2048]]
+        for enc in tok.encode_batch(chunk, add_special_tokens=False):
+            sequences.extend(chunk_document(enc.ids, max_length, cls_id, sep_id))
+        if len(sequences) >= needed:
+            break
+    return sequences
+
+
+def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, gen: torch.Generator) -> tuple[Tensor, ...]:
+    """(masked ids, attention mask, bool masked positions, labels at those positions)."""
+    ids, mask = pad_batch(seqs, pad_id=0)
+    maskable = ids >= len(SPECIAL_TOKENS)  # specials and padding are never masked
+    masked, labels = mask_tokens(ids, maskable, SPECIAL_TOKENS.index(MASK), len(SPECIAL_TOKENS), vocab_size,
+                                 cfg.mlm_probability, gen)
+    positions = labels != -100
+    return masked, mask, positions, labels[positions]
+
+
+def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int) -> Iterator[tuple[Tensor, ...]]:
+    """Endless length-bucketed, freshly masked batches; a new shuffle every epoch."""
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    lengths = [len(s) for s in sequences]
+    while True:
+        for index in bucketed_batches(lengths, cfg.batch_size, rng):
+            yield masked_batch([sequences[i] for i in index], cfg, vocab_size, gen)
+
+
+def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+    ids, mask, positions, labels = batch
+    return mlm_loss(model(ids, mask, masked_positions=positions), labels), int(mask.sum())
+
+
+def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str, float]:
+    """Masked-token accuracy and mean loss over fixed, pre-masked batches."""
+    correct, total, loss_sum = 0, 0, 0.0
+    for ids, mask, positions, labels in batches:
+        logits = model(ids, mask, masked_positions=positions)
+        loss_sum += float(mlm_loss(logits, labels)) * len(labels)
+        correct += int((logits.argmax(-1) == labels).sum())
+        total += len(labels)
+    return {"mlm_accuracy": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1)}
+
+
+def run(cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker) -> tuple[MaskedLM, dict]:
+    torch.manual_seed(cfg.seed)
+    if cfg.max_length > model_cfg.max_positions:
+        raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
+    sequences = build_sequences(tok, texts, cfg.max_length, cfg.max_steps * cfg.batch_size + cfg.eval_rows, cfg.seed)
+    if len(sequences) <= cfg.eval_rows:
+        raise ValueError(f"corpus gives {len(sequences)} sequences; need more than pretrain.eval_rows={cfg.eval_rows}")
+    held_out, train = sequences[: cfg.eval_rows], sequences[cfg.eval_rows :]
+    eval_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    eval_batches = [masked_batch([held_out[i] for i in idx], cfg, model_cfg.vocab_size, eval_gen)
+                    for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
+    model = build_mlm(model_cfg)
+    budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
+    with progress_bar(cfg.max_steps, "pretrain") as bar:
+        result: LoopResult = fit(
+            model, batch_stream(train, cfg, model_cfg.vocab_size), mlm_step, cfg.optim,
+            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every),
+            tracker, evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar,
+        )
+    tokens_seen = result.steps * cfg.batch_size * float(np.mean([len(s) for s in train]))
+    final = result.evals[-1][1]
+    metrics = {
+        **final,
+        "mlm_perplexity": math.exp(min(final["mlm_loss"], 50.0)),
+        "steps": result.steps,
+        "stopped_by_budget": result.stopped_by == "time_budget",
+        "train_seconds": result.seconds,
+        "train_sequences": len(train),
+        "epochs": result.steps * cfg.batch_size / len(train),
+        "approx_tokens_seen": tokens_seen,
+        "final_train_loss": result.last_loss,
+    }
+    return model.eval(), metrics
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=Path("data/prepared/corpus.parquet"))
+    parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
+    parser.add_argument("--out", type=Path, default=Path("models/pretrain/model.safetensors"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/pretrain.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+    tok = load_tokenizer(args.tokenizer)
+    model_cfg = params.model_config(tok.get_vocab_size())
+    with stage_run("pretrain", params, ["model", "pretrain"], [args.corpus, args.tokenizer]) as tracker:
+        corpus = read_table(args.corpus, ["text"])
+        tracker.log_dataset(corpus, "corpus", args.corpus, context="pretraining", targets=None)
+        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker)
+        save_model(model, model_cfg, args.out)
+        write_json(metrics, args.metrics)
+        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
+        tracker.log_artifact(args.out, "checkpoint")
+        tracker.log_artifact(args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)
