@@ -11,6 +11,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DVC_NO_ANALYTICS := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export DO_NOT_TRACK := 1
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 # dvc runs stage commands through the shell: make them find this venv's python.
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 

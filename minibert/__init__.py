@@ -6,7 +6,14 @@ imports transformers lazily). This package never imports the pipeline, mlflow, p
 """
 
 from minibert.config import PRESETS, ClassifierConfig, ModelConfig
-from minibert.model import Backbone, MaskedLM, SequenceClassifier, build_backbone, build_classifier, build_mlm
+from minibert.model import (
+    Backbone,
+    MaskedLM,
+    SequenceClassifier,
+    build_backbone,
+    build_classifier,
+    build_mlm,
+)
 from minibert.validation import ConfigError
 
 __all__ = [

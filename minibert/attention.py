@@ -18,7 +18,8 @@ The key mask is boolean, True where a token is real: (B, T) from the caller, bro
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F

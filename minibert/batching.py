@@ -10,7 +10,7 @@ Shape legend: B batch, T longest sequence in the batch.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

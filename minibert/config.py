@@ -8,8 +8,9 @@ so a bad value fails at config time with the key and the valid names, never deep
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from minibert.attention import ATTENTION
 from minibert.heads import POOLING
@@ -76,7 +77,7 @@ class ModelConfig:
         return self.hidden_size // self.num_heads
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> "ModelConfig":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> ModelConfig:
         """Build from a plain dict; a ``preset`` key starts from that preset, others override it."""
         data = dict(data)
         preset = data.pop("preset", None)
@@ -86,7 +87,7 @@ class ModelConfig:
         return from_dict(cls, data, where)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named preset (tiny, mini, small, base) with optional field overrides."""
         return cls.from_dict({"preset": name, **overrides})
 

@@ -27,6 +27,9 @@ def init_student_from_teacher(student: SequenceClassifier, teacher: SequenceClas
     Returns the student parameter names that were copied (empty if the widths differ).
     """
     s_state, t_state = student.state_dict(), teacher.state_dict()
+    width = "backbone.embeddings.tokens.weight"
+    if s_state[width].shape != t_state[width].shape:
+        return []  # a narrower student shares no tensor shape worth copying
     layer_map = spaced_layers(len(teacher.backbone.encoder.layers), len(student.backbone.encoder.layers))
     copied = []
     with torch.no_grad():

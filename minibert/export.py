@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -137,7 +138,7 @@ def export_onnx(
 
 def load_session(
     path: str | os.PathLike[str], threads: int = 0, optimization: str = "all"
-) -> "onnxruntime.InferenceSession":
+) -> onnxruntime.InferenceSession:
     """An ONNX Runtime CPU session for ``path``.
 
     threads: intra-op threads; 0 lets ONNX Runtime choose (one per physical core).
@@ -164,7 +165,7 @@ def _int64(x: Tensor | np.ndarray) -> np.ndarray:
 
 
 def onnx_logits(
-    session: "onnxruntime.InferenceSession",
+    session: onnxruntime.InferenceSession,
     input_ids: Tensor | np.ndarray,
     attention_mask: Tensor | np.ndarray,
     token_type_ids: Tensor | np.ndarray | None = None,
@@ -191,7 +192,7 @@ def onnx_logits(
 
 
 def parity(
-    model: SequenceClassifier, session: "onnxruntime.InferenceSession", batches: Iterable[tuple[Tensor, Tensor]]
+    model: SequenceClassifier, session: onnxruntime.InferenceSession, batches: Iterable[tuple[Tensor, Tensor]]
 ) -> dict[str, float]:
     """Compare torch (eval mode) and ONNX Runtime logits over (input_ids, attention_mask) batches.
 

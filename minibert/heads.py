@@ -15,7 +15,7 @@ Shape legend: B batch, T sequence length, C hidden size, V vocabulary, N masked 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -13,8 +13,9 @@ and for classifiers ``pooling="cls"`` (HF's pooler reads [CLS]); anything else r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn

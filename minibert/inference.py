@@ -7,7 +7,7 @@ is padded only to its own longest text) and returns logits in the original order
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch

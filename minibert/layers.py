@@ -12,7 +12,7 @@ Shape legend: B batch, T sequence length, C hidden size, I intermediate (feed-fo
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor, nn

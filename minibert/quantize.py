@@ -26,9 +26,9 @@ import io
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from torch import nn

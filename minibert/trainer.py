@@ -12,12 +12,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LambdaLR, LinearLR, LRScheduler, SequentialLR
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LambdaLR,
+    LinearLR,
+    LRScheduler,
+    SequentialLR,
+)
 
 from minibert.validation import ConfigError, check_choice, check_types
 

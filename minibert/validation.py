@@ -12,7 +12,8 @@ import dataclasses
 import difflib
 import types
 import typing
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 

@@ -9,16 +9,12 @@ accuracies.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
+import json
 import time
 from pathlib import Path
 
 from minibert.config import PRESETS
 from minibert.model import build_mlm
-
-RAW = Path("data/raw")
 
 
 def count_parameters(name: str) -> tuple[int, int]:
@@ -37,57 +33,40 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
-def _env() -> dict[str, str]:
-    """The environment for dvc and the stages: this interpreter's bin first on PATH, telemetry off."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("DVC_NO_ANALYTICS", "1")
-    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    return env
-
-
-def fetch_data(source: str, sst2_id: str, imdb_id: str, revision: str | None) -> None:
-    """Make data/raw hold SST-2 and IMDb: from the DVC mirror, or from the Hub (then dvc add)."""
-    if source == "mirror":
-        subprocess.run(["dvc", "pull", "--quiet", str(RAW / "sst2.dvc"), str(RAW / "imdb.dvc")], check=True, env=_env())
-        return
-    from pipeline.hub import fetch_all
-
-    fetch_all(RAW, sst2_id, imdb_id, revision)
-    subprocess.run(["dvc", "add", "--quiet", str(RAW / "sst2"), str(RAW / "imdb")], check=True, env=_env())
-
-
 def cmd_fetch_data(args: argparse.Namespace) -> int:
+    from pipeline.orchestration import fetch_data
     from pipeline.params import load_params
 
-    data = load_params().data
-    fetch_data(data.source, data.sst2_hub_id, data.imdb_hub_id, data.hub_revision)
+    fetch_data(load_params().data)
     return 0
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pipeline.orchestration import fetch_data, run_pipeline
     from pipeline.params import load_params
-    from pipeline.tracking import pipeline_run, stage_durations
 
     params = load_params()
     started = time.perf_counter()
-    fetch_data(params.data.source, params.data.sst2_hub_id, params.data.imdb_hub_id, params.data.hub_revision)
-    with pipeline_run(params) as run_id:
-        repro = ["dvc", "repro", *(["--force"] if args.force else [])]
-        code = subprocess.run(repro, env=_env()).returncode
-        if code != 0:
-            print(f"error: dvc repro failed (exit {code}); the parent MLflow run {run_id} is marked FAILED", file=sys.stderr)
-            return code
-    print(f"\npipeline run {run_id}: {time.perf_counter() - started:.0f} s in all")
-    for stage, seconds in stage_durations(run_id).items():
+    fetch_data(params.data)
+    result = run_pipeline(params, force=args.force)
+    print(f"\npipeline run {result.run_id}: {time.perf_counter() - started:.0f} s in all")
+    for stage, seconds in result.stage_seconds.items():
         print(f"  {stage:<10} {seconds:8.1f} s")
     evaluation = Path("metrics/evaluate.json")
     if evaluation.is_file():
-        import json
-
         print("\nSST-2 dev accuracy:")
         for variant, row in json.loads(evaluation.read_text()).items():
             print(f"  {variant:<13} {row['accuracy']:.4f}")
+    return 0
+
+
+def cmd_flow(args: argparse.Namespace) -> int:
+    from pipeline.flows import pipeline_flow
+
+    if args.action == "run":
+        pipeline_flow(force=args.force)
+    else:
+        pipeline_flow.serve(name="scheduled", cron=args.cron, parameters={"force": args.force})
     return 0
 
 
@@ -101,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("pipeline", help="fetch data, then dvc repro under one MLflow parent run")
     run.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
     run.set_defaults(func=cmd_pipeline)
+    flow = sub.add_parser("flow", help="the same pipeline as a Prefect flow: run it once, or serve it on a schedule")
+    flow.add_argument("action", choices=["run", "serve"])
+    flow.add_argument("--cron", default="0 3 * * 0", help="schedule for serve (needs a Prefect server)")
+    flow.add_argument("--force", action="store_true")
+    flow.set_defaults(func=cmd_flow)
     return parser
 
 

@@ -114,7 +114,6 @@ class EvaluateParams:
     batch_size: int = 32
     threads: int = 2
     latency_rows: int = 64  # dev rows timed one at a time for p50/p95 batch-1 latency
-    deploy: Literal["student_onnx", "student", "teacher"] = "student_onnx"  # what register ships
 
 
 @dataclass(frozen=True)

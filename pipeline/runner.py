@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from minibert.validation import ConfigError
 from pipeline.io import DataError, StageError

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import mlflow
 from mlflow.tracking import MlflowClient
@@ -71,7 +73,11 @@ class MlflowTracker:
 
     def log_dataset(self, df: Any, name: str, source: str | os.PathLike[str], context: str, targets: str | None = "label") -> None:
         """Record a pandas table as an MLflow dataset input (name, digest, schema, source)."""
-        dataset = mlflow.data.from_pandas(df, source=str(source), name=name, targets=targets if targets in df.columns else None)
+        with warnings.catch_warnings():  # a local path matches two equivalent registered source types
+            warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
+            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer column")
+            dataset = mlflow.data.from_pandas(df, source=str(Path(source).resolve()), name=name,
+                                              targets=targets if targets in df.columns else None)
         mlflow.log_input(dataset, context=context)
 
     def set_tags(self, tags: dict[str, str]) -> None:
@@ -128,11 +134,14 @@ def _find_or_open_launcher_parent(experiment_id: str, launcher: str, params: Par
 
 
 @contextlib.contextmanager
-def pipeline_run(params: Params, root: Path | None = None) -> Iterator[str]:
-    """The parent run of one pipeline execution; stages started inside join it (via the env)."""
+def pipeline_run(params: Params, root: Path | None = None, entry: str = "cli") -> Iterator[str]:
+    """The parent run of one pipeline execution; stages started inside join it (via the env).
+
+    ``entry`` (cli, prefect, ...) is recorded as the tag ``minibert.entry``.
+    """
     root = root or project_root()
     experiment_id = configure(params.tracking.experiment, root)
-    run_id = _start_parent(experiment_id, params, root, {"minibert.entry": "pipeline"})
+    run_id = _start_parent(experiment_id, params, root, {"minibert.entry": entry})
     previous = os.environ.get(PARENT_ENV)
     os.environ[PARENT_ENV] = run_id
     status = "FAILED"
@@ -205,7 +214,7 @@ def alias_version(model_name: str, alias: str) -> str | None:
     """The version an alias points at, or None when the model or alias does not exist."""
     client = MlflowClient()
     try:
-        return client.get_model_version_by_alias(model_name, alias).version
+        return str(client.get_model_version_by_alias(model_name, alias).version)
     except mlflow.exceptions.MlflowException:
         return None
 

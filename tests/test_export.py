@@ -18,7 +18,13 @@ from conftest import padded_batch
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
 from minibert import export as export_mod
-from minibert.export import OPTIMIZATION_LEVELS, export_onnx, load_session, onnx_logits, parity
+from minibert.export import (
+    OPTIMIZATION_LEVELS,
+    export_onnx,
+    load_session,
+    onnx_logits,
+    parity,
+)
 
 VOCAB = 300
 ATOL = 1e-4

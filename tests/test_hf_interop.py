@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from conftest import padded_batch
+
 from minibert import ClassifierConfig, ModelConfig, build_classifier, build_mlm
 from minibert.hf_interop import (
     from_transformers,

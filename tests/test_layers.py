@@ -8,13 +8,13 @@ from minibert.attention import SelfAttention
 from minibert.layers import NORM_STYLES, FeedForward
 from minibert.model import key_mask
 
-B, T, C, H, I = 2, 7, 32, 4, 64
+B, T, C, H, FF = 2, 7, 32, 4, 64
 EPS = 1e-5
 
 
 def copied_pair(norm_style: str, activation: str) -> tuple[nn.Module, nn.TransformerEncoderLayer]:
     reference = nn.TransformerEncoderLayer(
-        C, H, dim_feedforward=I, dropout=0.0, activation=activation, layer_norm_eps=EPS,
+        C, H, dim_feedforward=FF, dropout=0.0, activation=activation, layer_norm_eps=EPS,
         batch_first=True, norm_first=norm_style == "pre",
     )
     with torch.no_grad():
@@ -22,7 +22,7 @@ def copied_pair(norm_style: str, activation: str) -> tuple[nn.Module, nn.Transfo
             p.copy_(torch.randn_like(p) * 0.2)
     ours = NORM_STYLES[norm_style](
         attention=SelfAttention(C, H, attention_dropout=0.0, core="sdpa"),
-        feed_forward=FeedForward(C, I, activation),
+        feed_forward=FeedForward(C, FF, activation),
         hidden_size=C,
         hidden_dropout=0.0,
         layer_norm_eps=EPS,

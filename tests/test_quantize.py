@@ -21,7 +21,13 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
 from minibert.export import export_onnx, load_session, onnx_logits
-from minibert.quantize import load_int8, model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
+from minibert.quantize import (
+    load_int8,
+    model_size_bytes,
+    quantize_dynamic_int8,
+    quantize_onnx_int8,
+    save_int8,
+)
 
 VOCAB = 300
 RELATIVE_TOL = 0.10  # of max |fp32 logit|; see the module docstring for the measurement

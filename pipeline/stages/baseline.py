@@ -17,9 +17,10 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
-from pipeline.io import atomic_path, read_table, write_json
+from pipeline.io import atomic_path, read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import BaselineParams, Params, load_params
+from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
 
@@ -50,9 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         model, metrics = run(params.baseline, train, val)
         with atomic_path(args.out) as tmp:
             joblib.dump(model, tmp)
-        write_json(metrics, args.metrics)
-        tracker.log_metrics(metrics)
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics)
 
 
 if __name__ == "__main__":

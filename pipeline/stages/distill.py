@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from minibert.batching import bucketed_batches, pad_batch
 from minibert.checkpoint import load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import init_student_from_teacher
@@ -25,8 +23,9 @@ from minibert.losses import kd_loss
 from minibert.model import SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Tracker
-from pipeline.io import read_table, write_json
+from pipeline.io import read_table
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
+from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import encode_split, train_classifier
 from pipeline.tracking import stage_run
 
@@ -93,10 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, max_length,
                                encode_split(tok, train_df, max_length), encode_split(tok, val_df, max_length), tracker)
         save_model(student, student_cfg, args.out, head_cfg)
-        write_json(metrics, args.metrics)
-        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
-        tracker.log_artifact(args.out, "checkpoint")
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ from minibert.checkpoint import load_model
 from minibert.export import export_onnx, load_session, parity
 from minibert.inference import encode
 from minibert.tokenizer import load_tokenizer
-from pipeline.io import StageError, read_table, write_json
+from pipeline.io import StageError, read_table
 from pipeline.params import Params, load_params
+from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
 PARITY_BATCH_SIZES = (1, 8, 32)
@@ -54,10 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             candidate.unlink(missing_ok=True)
         metrics["size_mb"] = args.out.stat().st_size / 1e6
-        write_json(metrics, args.metrics)
-        tracker.log_metrics(metrics)
-        tracker.log_artifact(args.out, "onnx")
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.out: "onnx"})
 
 
 if __name__ == "__main__":

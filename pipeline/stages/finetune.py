@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -29,10 +29,11 @@ from minibert.inference import encode, predict_logits
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import LoopConfig, Tracker, fit
-from pipeline.io import read_table, write_json
+from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, load_params
 from pipeline.progress import progress_bar
+from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
 
@@ -132,10 +133,7 @@ def main(argv: list[str] | None = None) -> None:
             model, cfg, encode_split(tok, train_df, cfg.max_length), encode_split(tok, val_df, cfg.max_length), tracker
         )
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))
-        write_json(metrics, args.metrics)
-        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
-        tracker.log_artifact(args.out, "checkpoint")
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 
 if __name__ == "__main__":

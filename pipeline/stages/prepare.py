@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.io import DataError, atomic_path, write_json
-from pipeline.tracking import stage_run
 from pipeline.params import Params, PrepareParams, load_params
+from pipeline.tracking import stage_run
 
 BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 SPACE = re.compile(r"\s+")

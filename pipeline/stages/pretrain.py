@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
-import pandas as pd
 import torch
 from tokenizers import Tokenizer
 from torch import Tensor
@@ -30,9 +29,10 @@ from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer
 from minibert.trainer import LoopConfig, LoopResult, Tracker, fit
-from pipeline.io import read_table, write_json
+from pipeline.io import read_table
 from pipeline.params import Params, PretrainParams, load_params
 from pipeline.progress import progress_bar
+from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
 
@@ -136,10 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(corpus, "corpus", args.corpus, context="pretraining", targets=None)
         model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker)
         save_model(model, model_cfg, args.out)
-        write_json(metrics, args.metrics)
-        tracker.log_metrics({k: float(v) for k, v in metrics.items()})
-        tracker.log_artifact(args.out, "checkpoint")
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 
 if __name__ == "__main__":

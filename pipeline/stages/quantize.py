@@ -14,9 +14,10 @@ from minibert.checkpoint import load_model
 from minibert.inference import predict_logits
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, save_int8
 from minibert.tokenizer import load_tokenizer
-from pipeline.io import read_table, write_json
+from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
+from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import encode_split
 from pipeline.tracking import stage_run
 
@@ -46,9 +47,7 @@ def main(argv: list[str] | None = None) -> None:
             "val_accuracy_int8": int8_acc,
             "val_accuracy_delta": int8_acc - fp32_acc,
         }
-        write_json(metrics, args.metrics)
-        tracker.log_metrics(metrics)
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,13 @@ import pandas as pd
 from pipeline.io import DataError, read_json, write_json
 from pipeline.params import Params, load_params
 from pipeline.provenance import git_commit
-from pipeline.tracking import alias_version, log_pyfunc_model, project_root, set_aliases, stage_run
+from pipeline.tracking import (
+    alias_version,
+    log_pyfunc_model,
+    project_root,
+    set_aliases,
+    stage_run,
+)
 
 SERVING_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "pandas")
 SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
@@ -47,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         raise DataError(
             f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
         )
-    with stage_run("register", params, ["register", "finetune"], [args.onnx, args.tokenizer, args.evaluation]) as tracker:
+    with stage_run("register", params, ["register", "finetune", "evaluate"], [args.onnx, args.tokenizer, args.evaluation]) as tracker:
         example = pd.DataFrame({"text": ["a gripping , beautifully acted film .", "dull and far too long ."]})
         version = log_pyfunc_model(
             name="model",

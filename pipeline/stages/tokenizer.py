@@ -15,9 +15,10 @@ import pandas as pd
 from tokenizers import Tokenizer
 
 from minibert.tokenizer import UNK, TokenizerConfig, save_tokenizer, train_wordpiece
-from pipeline.io import read_table, write_json
-from pipeline.tracking import stage_run
+from pipeline.io import read_table
 from pipeline.params import Params, TokenizerParams, load_params
+from pipeline.stages.common import finish_stage
+from pipeline.tracking import stage_run
 
 
 def coverage(tok: Tokenizer, texts: list[str]) -> dict[str, float]:
@@ -57,10 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(corpus, "corpus", corpus_path, context="tokenizer_training", targets=None)
         tok, metrics = run(params.tokenizer, corpus, dev["text"].tolist())
         save_tokenizer(tok, args.out)
-        write_json(metrics, args.metrics)
-        tracker.log_metrics(metrics)
-        tracker.log_artifact(args.out, "tokenizer")
-        tracker.log_artifact(args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.out: "tokenizer"})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,52 @@
+"""What `minibert pipeline` and the Prefect flow both do: fetch the raw data, then `dvc repro`
+under one MLflow parent run. The DAG itself lives in dvc.yaml; this only drives it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.io import StageError
+from pipeline.params import DataParams, Params
+from pipeline.tracking import pipeline_run, stage_durations
+
+RAW = Path("data/raw")
+
+
+def tool_env() -> dict[str, str]:
+    """The environment for dvc and the stages: this interpreter's bin first on PATH, telemetry off."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    env.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    return env
+
+
+def fetch_data(data: DataParams) -> None:
+    """Make data/raw hold SST-2 and IMDb: `dvc pull` from the mirror remote, or the Hugging Face
+    Hub followed by `dvc add` (so the Hub copy is versioned like the mirror's)."""
+    if data.source == "mirror":
+        subprocess.run(["dvc", "pull", "--quiet", str(RAW / "sst2.dvc"), str(RAW / "imdb.dvc")], check=True, env=tool_env())
+        return
+    from pipeline.hub import fetch_all
+
+    fetch_all(RAW, data.sst2_hub_id, data.imdb_hub_id, data.hub_revision)
+    subprocess.run(["dvc", "add", "--quiet", str(RAW / "sst2"), str(RAW / "imdb")], check=True, env=tool_env())
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    run_id: str
+    stage_seconds: dict[str, float]  # stages that ran (DVC skips the up-to-date ones)
+
+
+def run_pipeline(params: Params, force: bool = False, entry: str = "cli") -> PipelineResult:
+    """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails."""
+    with pipeline_run(params, entry=entry) as run_id:
+        code = subprocess.run(["dvc", "repro", *(["--force"] if force else [])], env=tool_env()).returncode
+        if code != 0:
+            raise StageError(f"dvc repro failed (exit {code}); MLflow parent run {run_id} is marked FAILED")
+    return PipelineResult(run_id, stage_durations(run_id))

@@ -1,0 +1,104 @@
+"""params.yaml is read by one module that returns typed dataclasses and rejects what it does not know."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from minibert.validation import ConfigError
+from pipeline.params import Params, flatten, load_params
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml"]
+
+
+def write(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def base() -> dict:
+    return yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+def test_profiles_load_and_spell_out_every_key(path: Path) -> None:
+    params = load_params(path)
+    raw = yaml.safe_load(path.read_text())
+    # Every dataclass field is written in the file, so DVC tracks every value a stage reads.
+    expected = {k for k in flatten(Params()) if not k.startswith(("model.", "distill.student."))}
+    written = {k for k in flatten(raw) if not k.startswith(("model.", "distill.student."))}
+    assert expected == written
+    assert params.model_config(vocab_size=1000).vocab_size == 1000
+
+
+def test_tiny_profile_is_tiny() -> None:
+    params = load_params(PROFILES[1])
+    cfg = params.model_config(vocab_size=600)
+    assert cfg.num_layers == 1 and params.prepare.max_train_rows <= 500
+
+
+def test_unknown_nested_key_names_file_and_dotted_key(tmp_path: Path) -> None:
+    data = base()
+    data["finetune"]["optim"]["lrr"] = 0.1
+    path = write(tmp_path, data)
+    with pytest.raises(ConfigError, match=r"params\.yaml: unknown key 'finetune\.optim\.lrr'; did you mean 'finetune\.optim\.lr'"):
+        load_params(path)
+
+
+def test_wrong_type_names_the_key(tmp_path: Path) -> None:
+    data = base()
+    data["finetune"]["epochs"] = "two"
+    with pytest.raises(ConfigError, match=r"finetune\.epochs: expected a number, got str 'two'"):
+        load_params(write(tmp_path, data))
+
+
+def test_bad_model_override_is_caught_at_load(tmp_path: Path) -> None:
+    data = base()
+    data["model"]["num_heads"] = 3
+    with pytest.raises(ConfigError, match=r"hidden_size: 256 is not divisible by num_heads=3"):
+        load_params(write(tmp_path, data))
+    data["model"] = {"preset": "huge"}
+    with pytest.raises(ConfigError, match=r"model\.preset: 'huge' is not one of"):
+        load_params(write(tmp_path, data))
+
+
+def test_vocab_size_belongs_to_the_tokenizer(tmp_path: Path) -> None:
+    data = base()
+    data["model"]["vocab_size"] = 100
+    with pytest.raises(ConfigError, match=r"model\.vocab_size: set tokenizer\.vocab_size instead"):
+        load_params(write(tmp_path, data))
+
+
+def test_literal_choices_are_checked(tmp_path: Path) -> None:
+    data = base()
+    data["data"]["source"] = "s3"
+    with pytest.raises(ConfigError, match=r"data\.source: 's3' is not one of \['mirror', 'hub'\]"):
+        load_params(write(tmp_path, data))
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nope.yaml: params file not found"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "params.yaml"
+    bad.write_text("finetune: [unclosed")
+    with pytest.raises(ConfigError, match="params.yaml: not valid YAML"):
+        load_params(bad)
+
+
+def test_dvc_yaml_params_name_real_keys() -> None:
+    """Every params entry a stage declares in dvc.yaml exists in params.yaml."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    keys = set(flatten(base()))
+    sections = {k.split(".")[0] for k in keys}
+    for name, stage in stages.items():
+        for entry in stage.get("params", []):
+            assert entry in sections or entry in keys, f"stage {name} declares unknown param {entry}"
+
+
+def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        assert f"pipeline/stages/{name}.py" in stage["deps"], name
+        assert f"python -m pipeline.stages.{name} " in stage["cmd"], name

@@ -1,0 +1,213 @@
+"""The whole DAG through `minibert pipeline` (dvc repro under one MLflow parent) on the tiny profile,
+in a temporary copy of the repository: outputs, MLflow runs, the registry, DVC's caching and
+targeted reruns, and clean failures on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+REMOTE = ROOT.parent / "shared" / "dvc-remote"
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "distill", "quantize", "export", "evaluate", "register"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not REMOTE.is_dir(), reason=f"data mirror {REMOTE} not present"),
+    pytest.mark.skipif(shutil.which("git") is None, reason="git needed to copy the repository"),
+]
+
+
+def sh(args: list[str], cwd: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env.update(DVC_NO_ANALYTICS="1", MLFLOW_DISABLE_TELEMETRY="true", PREFECT_HOME=str(cwd / ".prefect"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A copy of the working tree with the tiny profile, after one `minibert pipeline` run."""
+    dest = tmp_path_factory.mktemp("e2e") / "project"
+    files = sh(["git", "ls-files", "-co", "--exclude-standard", "-z"], ROOT).stdout.split("\0")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    shutil.copy(dest / "profiles" / "tiny.yaml", dest / "params.yaml")
+    sh(["git", "init", "-q"], dest)
+    sh(["git", "add", "-A"], dest)
+    sh(["git", "commit", "-qm", "tiny"], dest)
+    sh(["dvc", "remote", "modify", "--local", "mirror", "url", str(REMOTE)], dest)
+    out = sh([sys.executable, "-m", "pipeline.cli", "pipeline"], dest)
+    return dest, out.stdout + out.stderr
+
+
+def client_for(dest: Path):
+    import mlflow
+    from mlflow import MlflowClient
+
+    mlflow.set_tracking_uri(f"sqlite:///{dest / 'mlflow.db'}")
+    return mlflow, MlflowClient()
+
+
+def runs_by_parent(client, experiment: str) -> dict[str, list]:
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+    grouped: dict[str, list] = {r.info.run_id: [] for r in runs if r.info.run_name == "pipeline"}
+    for r in runs:
+        parent = r.data.tags.get("mlflow.parentRunId")
+        if parent:
+            grouped[parent].append(r)
+    return grouped
+
+
+def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> None:
+    dest, log = project
+    stages = yaml.safe_load((dest / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        for out in stage.get("outs", []) + stage.get("metrics", []) + stage.get("plots", []):
+            path = out if isinstance(out, str) else next(iter(out))
+            assert (dest / path).exists(), f"{name} did not write {path}"
+    evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
+    assert sorted(evaluation) == ["baseline", "student", "student_int8", "student_onnx", "teacher"]
+    for row in evaluation.values():
+        assert 0.0 <= row["accuracy"] <= 1.0 and row["size_mb"] > 0 and row["p50_ms"] > 0 and row["throughput_per_s"] > 0
+    export = json.loads((dest / "metrics" / "export.json").read_text())
+    assert max(export[f"max_abs_diff_b{b}"] for b in (1, 8, 32)) <= 1e-4
+    assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
+    report = json.loads((dest / "reports" / "data.json").read_text())
+    assert report["rows"]["sst2_train"] == 300 and report["rows"]["sst2_dev"] == 120
+    for stage in STAGES:
+        assert re.search(rf"^\s+{stage}\s+\d+\.\d s$", log, re.M), f"no timing line for {stage} in the summary"
+    assert "SST-2 dev accuracy:" in log
+
+
+def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    mlflow, client = client_for(dest)
+    grouped = runs_by_parent(client, "minibert-tiny")
+    assert len(grouped) == 1
+    (parent_id, kids), = grouped.items()
+    parent = client.get_run(parent_id)
+    head = sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
+    assert parent.info.status == "FINISHED" and parent.data.tags["git_commit"] == head
+    sst2_md5 = yaml.safe_load((dest / "data" / "raw" / "sst2.dvc").read_text())["outs"][0]["md5"]
+    assert parent.data.tags["data_digest.data/raw/sst2"] == f"md5:{sst2_md5}"
+    assert [k.data.tags["minibert.stage"] for k in kids] == STAGES
+    for kid in kids:
+        stage = kid.data.tags["minibert.stage"]
+        assert kid.info.status == "FINISHED", stage
+        assert kid.data.params, f"{stage} logged no params"
+        assert kid.data.metrics, f"{stage} logged no metrics"
+        assert client.list_artifacts(kid.info.run_id), f"{stage} logged no artifacts"
+        assert kid.data.tags["git_commit"] == head
+        assert any(k.startswith("input_digest.") for k in kid.data.tags), f"{stage} logged no input digests"
+    by_stage = {k.data.tags["minibert.stage"]: k for k in kids}
+    lock = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
+    pretrain_md5 = next(o["md5"] for o in lock["pretrain"]["outs"] if o["path"].endswith("model.safetensors"))
+    assert by_stage["finetune"].data.tags["input_digest.models/pretrain/model.safetensors"] == f"md5:{pretrain_md5}"
+    assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"sst2_train", "sst2_val"}
+    assert len(client.get_metric_history(by_stage["pretrain"].info.run_id, "train_loss")) >= 2
+    assert by_stage["finetune"].data.params["finetune.optim.lr"] == "0.0001"
+
+
+def test_registry_holds_a_loadable_challenger(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    mlflow, client = client_for(dest)
+    record = json.loads((dest / "models" / "registry.json").read_text())
+    assert record["version"] == "1" and sorted(record["aliases"]) == ["challenger", "champion"]
+    version = client.get_model_version_by_alias("minibert-sst2", "challenger")
+    assert str(version.version) == "1" and version.tags["git_commit"] == sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
+    import pandas as pd
+
+    model = mlflow.pyfunc.load_model("models:/minibert-sst2@challenger")
+    out = model.predict(pd.DataFrame({"text": ["a moving , funny film", "flat , boring and far too long"]}))
+    assert list(out.columns) == ["label", "probability"] and len(out) == 2
+    assert set(out["label"]) <= {0, 1} and out["probability"].between(0.5, 1.0).all()
+
+
+def test_second_repro_is_a_noop(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    start = time.perf_counter()
+    out = sh(["dvc", "repro"], dest)
+    elapsed = time.perf_counter() - start
+    assert "Data and pipelines are up to date" in out.stdout + out.stderr
+    assert "Running stage" not in out.stdout
+    print(f"no-op dvc repro: {elapsed:.2f} s")
+
+
+def test_prefect_flow_runs_the_same_pipeline(project: tuple[Path, str]) -> None:
+    """The flow drives the same dvc repro (a no-op here) under a new parent run tagged as Prefect's."""
+    dest, _ = project
+    out = sh([sys.executable, "-m", "pipeline.cli", "flow", "run"], dest)
+    assert "Completed" in out.stdout + out.stderr
+    mlflow, client = client_for(dest)
+    exp = client.get_experiment_by_name("minibert-tiny")
+    (flow_run,) = client.search_runs([exp.experiment_id], filter_string="tags.`minibert.entry` = 'prefect'")
+    assert flow_run.info.status == "FINISHED"
+    assert runs_by_parent(client, "minibert-tiny")[flow_run.info.run_id] == [], "nothing to rerun"
+
+
+def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    out = sh(["dvc", "exp", "run", "-S", "finetune.optim.lr=0.0003"], dest)
+    ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
+    assert ran == ["finetune", "distill", "quantize", "export", "evaluate", "register"]
+    diff = sh(["dvc", "params", "diff", "--json"], dest).stdout
+    change = json.loads(diff)["params.yaml"]["finetune.optim.lr"]
+    assert (change["old"], change["new"]) == (0.0001, 0.0003)
+    shown = sh(["dvc", "metrics", "show", "--json"], dest).stdout
+    assert "student_onnx" in shown
+    mlflow, client = client_for(dest)
+    grouped = runs_by_parent(client, "minibert-tiny")
+    assert len(grouped) == 3, "pipeline, prefect flow, and one new parent for the experiment's stages"
+    newest = [kids for kids in grouped.values() if kids and len(kids) != len(STAGES)][0]
+    assert [k.data.tags["minibert.stage"] for k in newest] == ran
+    assert str(client.get_model_version_by_alias("minibert-sst2", "challenger").version) == "2"
+    assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == "1"
+
+
+def test_an_unknown_params_key_fails_with_its_name(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    params = dest / "params.yaml"
+    original = params.read_text()
+    try:
+        data = yaml.safe_load(original)
+        data["finetune"]["epochz"] = 3
+        params.write_text(yaml.safe_dump(data))
+        out = sh(["dvc", "repro"], dest, check=False)
+        assert out.returncode != 0
+        assert "unknown key 'finetune.epochz'; did you mean 'finetune.epochs'" in out.stderr + out.stdout
+    finally:
+        params.write_text(original)
+
+
+def test_malformed_raw_data_fails_cleanly_and_writes_nothing(project: tuple[Path, str], tmp_path: Path) -> None:
+    dest, _ = project
+    raw = tmp_path / "raw"
+    shutil.copytree(dest / "data" / "raw" / "imdb", raw / "imdb")
+    (raw / "sst2").mkdir()
+    (raw / "sst2" / "dev.tsv").write_text("sentence\tlabel\ngood \t1\n")
+    (raw / "sst2" / "train.tsv").write_text("sentence\tlabel\nfine \t1\nbroken \tpositive\n")
+    out = sh([sys.executable, "-m", "pipeline.stages.prepare", "--raw", str(raw), "--out", str(tmp_path / "prepared"),
+              "--metrics", str(tmp_path / "m.json"), "--report", str(tmp_path / "r.json")], dest, check=False)
+    assert out.returncode == 2
+    assert re.search(r"error: .*train\.tsv, line 3: label 'positive' is not 0 or 1", out.stderr)
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "prepared").exists() and not (tmp_path / "m.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["raw"], "no temp files left behind"

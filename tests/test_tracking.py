@@ -1,0 +1,113 @@
+"""MLflow tracking: one parent run per pipeline execution, one nested run per stage, provenance tags."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+from pipeline.params import Params  # noqa: E402
+from pipeline.provenance import data_digests  # noqa: E402
+from pipeline.tracking import (  # noqa: E402
+    PARENT_ENV,
+    STAGE_TAG,
+    pipeline_run,
+    stage_durations,
+    stage_run,
+)
+
+
+@pytest.fixture()
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv(PARENT_ENV, raising=False)
+    return tmp_path
+
+
+def children(parent_id: str) -> list:
+    client = MlflowClient()
+    experiment = client.get_run(parent_id).info.experiment_id
+    return client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
+
+
+def test_stages_nest_under_the_pipeline_run(store: Path) -> None:
+    params = Params()
+    data = store / "input.txt"
+    data.write_text("some data")
+    with pipeline_run(params) as parent:
+        assert os.environ[PARENT_ENV] == parent
+        with stage_run("finetune", params, ["finetune"], [data]) as tracker:
+            tracker.log_metrics({"val_accuracy": 0.5}, step=3)
+            tracker.log_artifact(data)
+    assert PARENT_ENV not in os.environ
+    client = MlflowClient()
+    assert client.get_run(parent).info.status == "FINISHED"
+    assert client.get_run(parent).data.params["finetune.optim.lr"] == "0.0001"
+    (child,) = children(parent)
+    assert child.data.tags[STAGE_TAG] == "finetune"
+    assert set(child.data.params) == {k for k in child.data.params if k.startswith("finetune.")}
+    assert "finetune.optim.lr" in child.data.params and "pretrain.max_steps" not in child.data.params
+    assert child.data.tags["input_digest.input.txt"].startswith("local-md5:")
+    assert child.data.tags["git_commit"] == "unknown"  # tmp_path is no git repository
+    assert client.get_metric_history(child.info.run_id, "val_accuracy")[0].step == 3
+    assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["input.txt"]
+    assert (store / "mlflow.db").is_file() and (store / "mlartifacts").is_dir()
+    assert list(stage_durations(parent)) == ["finetune"]
+
+
+def test_failures_mark_runs_failed(store: Path) -> None:
+    params = Params()
+    with pytest.raises(RuntimeError, match="boom"):
+        with pipeline_run(params) as parent:
+            with stage_run("pretrain", params, ["pretrain"], []):
+                raise RuntimeError("boom")
+    client = MlflowClient()
+    assert client.get_run(parent).info.status == "FAILED"
+    assert children(parent)[0].info.status == "FAILED"
+
+
+def test_data_digests_come_from_dvc_records(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.bin").write_bytes(b"x")
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(
+        {"schema": "2.0", "stages": {"s": {"cmd": "c", "outs": [{"path": "models/m.bin", "md5": "abc123"}]}}}))
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    (tmp_path / "data" / "raw" / "sst2").mkdir()
+    (tmp_path / "data" / "raw" / "sst2.dvc").write_text(yaml.safe_dump({"outs": [{"md5": "def456.dir", "path": "sst2"}]}))
+    digests = data_digests([tmp_path / "models" / "m.bin", tmp_path / "data" / "raw" / "sst2"], tmp_path)
+    assert digests == {"models/m.bin": "md5:abc123", "data/raw/sst2": "md5:def456.dir"}
+
+
+def test_stages_launched_by_one_dvc_process_share_a_parent(store: Path, tmp_path: Path) -> None:
+    """A bare `dvc repro` has no parent run id in its env: its stages find each other by launcher."""
+    stage = textwrap.dedent("""
+        import sys
+        from pipeline.params import Params
+        from pipeline.tracking import stage_run
+        with stage_run(sys.argv[1], Params(), ["prepare"], []) as t:
+            t.log_metrics({"ok": 1.0})
+    """)
+    script = tmp_path / "stage.py"
+    script.write_text(stage)
+    fake = tmp_path / "bin" / "dvc"  # stands in for dvc: a process named dvc running two stages
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n{sys.executable} {script} prepare && {sys.executable} {script} tokenizer\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "DVC_ROOT": str(store), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    for _ in range(2):  # two separate dvc invocations
+        subprocess.run([str(fake)], env=env, check=True, capture_output=True, timeout=120)
+    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    client = MlflowClient()
+    runs = client.search_runs([client.get_experiment_by_name("minibert").experiment_id])
+    parents = [r for r in runs if r.info.run_name == "pipeline"]
+    assert len(parents) == 2
+    for parent in parents:
+        assert sorted(r.data.tags[STAGE_TAG] for r in children(parent.info.run_id)) == ["prepare", "tokenizer"]
+        assert parent.info.status == "FINISHED"

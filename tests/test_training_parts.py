@@ -1,0 +1,160 @@
+"""Masking, batching, losses, schedules and the training loop: the maths the stages stand on."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minibert.batching import bucketed_batches, pad_batch, sorted_batches
+from minibert.losses import kd_loss, mlm_loss
+from minibert.masking import IGNORE_INDEX, mask_tokens
+from minibert.trainer import (
+    LoopConfig,
+    OptimConfig,
+    RecordingTracker,
+    build_optimizer,
+    build_scheduler,
+    fit,
+)
+from minibert.validation import ConfigError
+
+
+def test_mask_tokens_follows_80_10_10_and_spares_specials() -> None:
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (1000, 128))  # ~19k selected: 80/10/10 shares within ~1 %
+    ids[:, 0], ids[:, -1] = 2, 3  # [CLS] ... [SEP]
+    maskable = ids >= 5
+    masked, labels = mask_tokens(ids, maskable, mask_id=4, first_regular_id=5, vocab_size=1000, probability=0.15, generator=gen)
+    selected = labels != IGNORE_INDEX
+    assert abs(selected.float().mean().item() - 0.15 * 126 / 128) < 0.003
+    assert not selected[:, 0].any() and not selected[:, -1].any()
+    torch.testing.assert_close(labels[selected], ids[selected])
+    as_mask = (masked[selected] == 4).float().mean().item()
+    kept = (masked[selected] == ids[selected]).float().mean().item()
+    assert abs(as_mask - 0.8) < 0.012
+    assert abs(kept - 0.1) < 0.012  # a random replacement can equal the original (1/995)
+    assert torch.equal(masked[~selected], ids[~selected])
+    assert masked[selected].min() >= 4
+
+
+def test_mask_tokens_is_reproducible_with_a_generator() -> None:
+    ids = torch.randint(5, 100, (4, 16))
+    a = mask_tokens(ids, ids >= 5, 4, 5, 100, 0.3, torch.Generator().manual_seed(1))
+    b = mask_tokens(ids, ids >= 5, 4, 5, 100, 0.3, torch.Generator().manual_seed(1))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ValueError, match="mlm probability must be in"):
+        mask_tokens(ids, ids >= 5, 4, 5, 100, 0.0)
+
+
+def test_bucketed_batches_cover_everything_once_and_cut_padding() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 120, size=1000)
+    batches = bucketed_batches(lengths, 16, np.random.default_rng(1))
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(1000))
+
+    def padding(bs: list[np.ndarray]) -> int:
+        return sum(int(lengths[b].max() * len(b) - lengths[b].sum()) for b in bs)
+
+    random_batches = np.array_split(np.random.default_rng(1).permutation(1000), 1000 // 16)
+    assert padding(batches) < 0.2 * padding(random_batches)
+    assert [len(b) for b in sorted_batches(lengths, 300)] == [300, 300, 300, 100]
+
+
+def test_pad_batch_pads_right_with_a_mask() -> None:
+    ids, mask = pad_batch([[2, 9, 3], [2, 3]], pad_id=0)
+    assert ids.tolist() == [[2, 9, 3], [2, 3, 0]]
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]
+
+
+def test_kd_loss_equals_the_hand_formula() -> None:
+    s, t = torch.randn(6, 2), torch.randn(6, 2)
+    y = torch.tensor([0, 1, 1, 0, 1, 0])
+    temp, alpha = 3.0, 0.7
+    p_t = torch.softmax(t / temp, -1)
+    kl = (p_t * (p_t.log() - torch.log_softmax(s / temp, -1))).sum(-1).mean()
+    expected = alpha * temp**2 * kl + (1 - alpha) * F.cross_entropy(s, y)
+    torch.testing.assert_close(kd_loss(s, t, y, temp, alpha), expected)
+    torch.testing.assert_close(kd_loss(s, t, y, temp, 0.0), F.cross_entropy(s, y))
+    assert kd_loss(t, t, y, temp, 1.0).abs() < 1e-6
+    with pytest.raises(ValueError, match="temperature > 0"):
+        kd_loss(s, t, y, 0.0, 0.5)
+
+
+def test_mlm_loss_ignores_unselected_positions() -> None:
+    logits = torch.randn(2, 3, 7)
+    labels = torch.tensor([[IGNORE_INDEX, 4, IGNORE_INDEX], [1, IGNORE_INDEX, IGNORE_INDEX]])
+    expected = F.cross_entropy(torch.stack([logits[0, 1], logits[1, 0]]), torch.tensor([4, 1]))
+    torch.testing.assert_close(mlm_loss(logits, labels), expected)
+
+
+def test_optimizer_groups_leave_biases_and_norms_undecayed() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+    opt = build_optimizer(model, OptimConfig(weight_decay=0.1))
+    decayed, undecayed = opt.param_groups
+    assert [p.shape for p in decayed["params"]] == [torch.Size([4, 4])]
+    assert len(undecayed["params"]) == 3 and undecayed["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("schedule, last", [("linear", 0.0), ("cosine", 0.0), ("constant", 1.0)])
+def test_schedule_warms_up_then_decays(schedule: str, last: float) -> None:
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.AdamW([param], lr=1.0)
+    sched = build_scheduler(opt, OptimConfig(lr=1.0, warmup_ratio=0.1, schedule=schedule), max_steps=100)
+    lrs = []
+    for _ in range(100):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs[0] < 0.1 and math.isclose(lrs[10], 1.0, rel_tol=1e-6)
+    assert all(a <= b + 1e-9 for a, b in zip(lrs[:10], lrs[1:11])), "warmup rises"
+    assert math.isclose(sched.get_last_lr()[0], last, abs_tol=1e-6)
+
+
+def test_optim_config_validates() -> None:
+    with pytest.raises(ConfigError, match=r"schedule: 'step' is not one of \['linear', 'cosine', 'constant'\]"):
+        OptimConfig(schedule="step")
+    with pytest.raises(ConfigError, match="warmup_ratio"):
+        OptimConfig(warmup_ratio=1.0)
+
+
+def _toy_stream(w: torch.Tensor):
+    """A learnable regression unit test: y = x w (synthetic on purpose, not training data)."""
+    gen = torch.Generator().manual_seed(0)
+    while True:
+        x = torch.randn(32, 4, generator=gen)
+        yield x, x @ w
+
+
+def test_fit_reduces_loss_logs_and_evaluates() -> None:
+    w = torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    model = torch.nn.Linear(4, 1)
+    tracker = RecordingTracker()
+
+    def step(m, batch):
+        x, y = batch
+        return F.mse_loss(m(x), y), len(x)
+
+    result = fit(model, _toy_stream(w), step, OptimConfig(lr=0.05, warmup_ratio=0.0, schedule="constant"),
+                 LoopConfig(max_steps=200, log_every=50, eval_every=100), tracker,
+                 evaluate=lambda m: {"w_error": float((m.weight.T - w).abs().max())})
+    losses = [v for _, v in tracker.series("train_loss")]
+    assert len(losses) == 4 and losses[-1] < 0.01 * losses[0]
+    assert [s for s, _ in result.evals] == [100, 200]
+    assert result.evals[-1][1]["w_error"] < 0.05 and result.stopped_by == "max_steps"
+
+
+def test_fit_stops_when_the_time_budget_is_spent() -> None:
+    model = torch.nn.Linear(4, 1)
+
+    def slow_step(m, batch):
+        time.sleep(0.02)
+        x, y = batch
+        return F.mse_loss(m(x), y), len(x)
+
+    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(), LoopConfig(max_steps=10_000, time_budget_s=0.2),
+                 RecordingTracker())
+    assert result.stopped_by == "time_budget" and 3 <= result.steps < 20
