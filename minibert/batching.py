@@ -10,7 +10,7 @@ Shape legend: B batch, T longest sequence in the batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -49,3 +49,56 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, 
         ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
         mask[row, : len(seq)] = 1
     return ids, mask
+
+
+class EpochStream:
+    """Endless batches over a dataset: length-bucketed, reshuffled every epoch, resumable.
+
+    ``make_batch(indices, generator)`` turns example indices into a batch of tensors; the
+    generator carries its randomness (MLM masking), so it is part of the saved state. An
+    epoch's batch plan is a pure function of (seed, epoch): the state is (epoch, position,
+    generator state), and a stream restored from it yields exactly the batches the original
+    would have yielded next.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int,
+        seed: int,
+        make_batch: Callable[[np.ndarray, torch.Generator], tuple[Tensor, ...]],
+    ) -> None:
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.make_batch = make_batch
+        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch, self.position = 0, 0
+        self._plan: list[np.ndarray] | None = None
+
+    def _plan_for(self, epoch: int) -> list[np.ndarray]:
+        return bucketed_batches(self.lengths, self.batch_size, np.random.default_rng([self.seed, epoch]))
+
+    def __iter__(self) -> EpochStream:
+        return self
+
+    def __next__(self) -> tuple[Tensor, ...]:
+        if self._plan is None:
+            self._plan = self._plan_for(self.epoch)
+        if self.position >= len(self._plan):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._plan = self._plan_for(self.epoch)
+        index = self._plan[self.position]
+        self.position += 1
+        return self.make_batch(index, self.generator)
+
+    def batches_per_epoch(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self.generator.set_state(state["generator"])
+        self._plan = None

@@ -1,5 +1,7 @@
-"""A small, generic training loop: AdamW with decoupled weight decay, warmup then decay,
-gradient clipping, periodic evaluation, a step limit and an optional wall-clock budget.
+"""A small, generic training loop: AdamW with decoupled weight decay (and per-parameter LR
+multipliers), warmup then decay, gradient clipping and accumulation, bf16 autocast, periodic
+evaluation, a step limit, a wall-clock budget, hooks (adversarial training, unfreezing) and
+checkpoint / resume.
 
 References: BERT's optimiser recipe (AdamW, no weight decay on biases and LayerNorm weights,
 linear warmup then linear decay); the wall-clock budget follows Cramming (Geiping & Goldstein
@@ -14,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -26,6 +29,7 @@ from torch.optim.lr_scheduler import (
     SequentialLR,
 )
 
+from minibert.files import atomic_output
 from minibert.validation import ConfigError, check_choice, check_types
 
 
@@ -99,14 +103,23 @@ def _no_decay(name: str, param: Tensor) -> bool:
     return param.dim() < 2 or "norm" in name  # biases, LayerNorm weights and gains
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    """AdamW with two groups: decayed weight matrices, and undecayed biases / norms."""
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for n, p in params if not _no_decay(n, p)], "weight_decay": cfg.weight_decay},
-        {"params": [p for n, p in params if _no_decay(n, p)], "weight_decay": 0.0},
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, lr_scale: Callable[[str], float] | None = None
+) -> torch.optim.AdamW:
+    """AdamW; parameters grouped by (weight decay or not, LR multiplier from ``lr_scale``).
+
+    Biases and norm gains get no weight decay. Frozen parameters are included (their grad stays
+    None, so AdamW skips them) so that unfreezing later needs no new optimizer.
+    """
+    groups: dict[tuple[bool, float], list[nn.Parameter]] = {}
+    for name, param in model.named_parameters():
+        key = (not _no_decay(name, param), 1.0 if lr_scale is None else lr_scale(name))
+        groups.setdefault(key, []).append(param)
+    param_groups = [
+        {"params": params, "weight_decay": cfg.weight_decay if decay else 0.0, "lr": cfg.lr * scale}
+        for (decay, scale), params in sorted(groups.items(), key=lambda kv: (not kv[0][0], -kv[0][1]))
     ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_steps: int) -> LRScheduler:
@@ -119,12 +132,45 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_step
     return SequentialLR(optimizer, [ramp, decay], milestones=[warmup])
 
 
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+
+
 @dataclass(frozen=True)
 class LoopConfig:
-    max_steps: int
+    max_steps: int  # optimizer steps; the LR schedule is laid out over them
     time_budget_s: float | None = None  # stop early when spent (Cramming-style); None = no limit
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate only at the end
+    accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
+    precision: str = "fp32"  # key of PRECISIONS: "bf16" runs forward and loss under autocast
+    checkpoint_every: int = 0  # optimizer steps between resumable checkpoints; 0 = never
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.max_steps < 1 or self.accumulate < 1 or self.log_every < 1:
+            raise ConfigError(f"need max_steps, accumulate, log_every >= 1; got {self}")
+        check_choice(self.precision, PRECISIONS, "precision")
+
+
+class Adversary(Protocol):
+    """Adversarial training (FGM, PGD): extra passes after the clean backward, adding gradients."""
+
+    def attack(self, model: nn.Module, batch: tuple[Tensor, ...], loss_fn: LossFn, scale: float) -> None: ...
+
+
+LossFn = Callable[[nn.Module, tuple[Tensor, ...]], tuple[Tensor, int]]
+
+
+@dataclass
+class Hooks:
+    """Optional parts of a training run, all called from ``fit``."""
+
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None  # in eval mode, no grad
+    progress: Callable[[int, float], None] | None = None  # (step, loss) after each step
+    before_step: Callable[[int], None] | None = None  # (step about to run), e.g. gradual unfreezing
+    adversary: Adversary | None = None
+    lr_scale: Callable[[str], float] | None = None  # parameter name -> LR multiplier (e.g. LLRD)
+    should_stop: Callable[[], bool] | None = None  # checked after each step, e.g. early stopping
 
 
 @dataclass
@@ -132,38 +178,78 @@ class LoopResult:
     steps: int
     seconds: float
     last_loss: float
-    stopped_by: str  # "max_steps" | "time_budget"
+    stopped_by: str  # "max_steps" | "time_budget" | "hook" (should_stop said so)
     evals: list[tuple[int, dict[str, float]]]
+    resumed_from: int = 0  # step the run resumed at (0: a fresh start)
+
+
+class Checkpointer:
+    """Resumable training state in one file, written atomically; ``fingerprint`` names what the
+    state belongs to (params and inputs), so a changed run never resumes from a stale file."""
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path, self.fingerprint = Path(path), fingerprint
+
+    def load(self) -> dict | None:
+        if not self.path.is_file():
+            return None
+        state = torch.load(self.path, weights_only=False)
+        return state if state.get("fingerprint") == self.fingerprint else None
+
+    def save(self, state: dict) -> None:
+        with atomic_output(self.path) as tmp:
+            torch.save({**state, "fingerprint": self.fingerprint}, tmp)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _to(batch: tuple[Tensor, ...], device: torch.device) -> tuple[Tensor, ...]:
+    return tuple(t.to(device, non_blocking=True) for t in batch)
 
 
 def fit(
     model: nn.Module,
     batches: Iterator[tuple[Tensor, ...]],
-    loss_fn: Callable[[nn.Module, tuple[Tensor, ...]], tuple[Tensor, int]],
+    loss_fn: LossFn,
     optim_cfg: OptimConfig,
     loop: LoopConfig,
     tracker: Tracker,
-    evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
-    progress: Callable[[int, float], None] | None = None,
+    hooks: Hooks | None = None,
+    checkpointer: Checkpointer | None = None,
 ) -> LoopResult:
-    """Train until ``loop.max_steps`` or the time budget; returns what happened.
+    """Train until ``loop.max_steps`` optimizer steps or the time budget; returns what happened.
 
-    ``batches`` must not run dry before max_steps (make it cycle over epochs).
-    ``loss_fn(model, batch)`` returns (mean loss, tokens in the batch) and may not step.
-    ``evaluate(model)`` runs in eval mode every ``eval_every`` steps and at the end;
-    its metrics are logged with an ``eval_`` prefix.
+    ``batches`` must not run dry (an ``EpochStream``); to resume, it must also have
+    ``state_dict`` / ``load_state_dict``. ``loss_fn(model, batch)`` returns (mean loss, tokens).
+    With a ``checkpointer``, state is saved every ``loop.checkpoint_every`` steps and a run that
+    finds a matching checkpoint continues from it (model, optimizer, scheduler, RNG, data
+    position, elapsed time, evaluations); the file is removed when the run completes.
     """
-    optimizer = build_optimizer(model, optim_cfg)
+    hooks = hooks or Hooks()
+    device = next(model.parameters()).device
+    autocast_dtype = PRECISIONS[loop.precision]
+    optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps)
-    start = time.perf_counter()
-    window_loss, window_tokens, window_start = 0.0, 0, start
     evals: list[tuple[int, dict[str, float]]] = []
-    stopped_by, step, loss_value = "max_steps", 0, float("nan")
+    step, spent_before = 0, 0.0
+    saved = checkpointer.load() if checkpointer is not None else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        batches.load_state_dict(saved["batches"])  # type: ignore[attr-defined]
+        torch.set_rng_state(saved["torch_rng"])
+        step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
+    resumed_from = step
+    start = time.perf_counter() - spent_before
+    window_loss, window_tokens, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
+    stopped_by, loss_value = "max_steps", float("nan")
 
     def run_eval(at: int) -> None:
         model.eval()
         with torch.no_grad():
-            metrics = evaluate(model)
+            metrics = hooks.evaluate(model)
         model.train()
         evals.append((at, metrics))
         tracker.log_metrics({f"eval_{k}": v for k, v in metrics.items()}, step=at)
@@ -173,37 +259,50 @@ def fit(
         if loop.time_budget_s is not None and time.perf_counter() - start >= loop.time_budget_s:
             stopped_by = "time_budget"
             break
-        batch = next(batches)
-        loss, tokens = loss_fn(model, batch)
+        if hooks.before_step is not None:
+            hooks.before_step(step)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if optim_cfg.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip))
-        else:
-            grad_norm = float("nan")
+        loss_value, tokens = 0.0, 0
+        for _ in range(loop.accumulate):
+            batch = _to(next(batches), device)
+            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                loss, n = loss_fn(model, batch)
+            (loss / loop.accumulate).backward()
+            if hooks.adversary is not None:
+                hooks.adversary.attack(model, batch, loss_fn, 1.0 / loop.accumulate)
+            loss_value += float(loss.detach()) / loop.accumulate
+            tokens += n
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip))
+            if optim_cfg.grad_clip > 0 else float("nan")
+        )
         optimizer.step()
         scheduler.step()
         step += 1
-        loss_value = float(loss.detach())
-        window_loss += loss_value
-        window_tokens += tokens
+        window_loss, window_tokens, window_steps = window_loss + loss_value, window_tokens + tokens, window_steps + 1
         if step % loop.log_every == 0 or step == loop.max_steps:
             now = time.perf_counter()
-            n = step % loop.log_every or loop.log_every
             tracker.log_metrics(
-                {
-                    "train_loss": window_loss / n,
-                    "lr": scheduler.get_last_lr()[0],
-                    "grad_norm": grad_norm,
-                    "tokens_per_s": window_tokens / max(now - window_start, 1e-9),
-                },
+                {"train_loss": window_loss / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+                 "tokens_per_s": window_tokens / max(now - window_start, 1e-9)},
                 step=step,
             )
-            window_loss, window_tokens, window_start = 0.0, 0, now
-        if progress is not None:
-            progress(step, loss_value)
-        if evaluate is not None and loop.eval_every and step % loop.eval_every == 0 and step < loop.max_steps:
+            window_loss, window_tokens, window_start, window_steps = 0.0, 0, now, 0
+        if hooks.progress is not None:
+            hooks.progress(step, loss_value)
+        if hooks.evaluate is not None and loop.eval_every and step % loop.eval_every == 0 and step < loop.max_steps:
             run_eval(step)
-    if evaluate is not None:
+        if hooks.should_stop is not None and hooks.should_stop():
+            stopped_by = "hook"
+            break
+        if checkpointer is not None and loop.checkpoint_every and step % loop.checkpoint_every == 0 and step < loop.max_steps:
+            checkpointer.save({
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "batches": batches.state_dict(), "torch_rng": torch.get_rng_state(),  # type: ignore[attr-defined]
+                "step": step, "seconds": time.perf_counter() - start, "evals": evals,
+            })
+    if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)
-    return LoopResult(step, time.perf_counter() - start, loss_value, stopped_by, evals)
+    if checkpointer is not None:
+        checkpointer.clear()
+    return LoopResult(step, time.perf_counter() - start, loss_value, stopped_by, evals, resumed_from)

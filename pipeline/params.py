@@ -56,6 +56,9 @@ class PretrainParams:
     max_steps: int = 2000
     time_budget_min: float | None = None  # stop early when spent; None = run max_steps
     optim: OptimConfig = field(default_factory=OptimConfig)
+    accumulate: int = 1  # micro-batches per optimizer step
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast (pays on CPUs with AMX / on GPUs)
+    checkpoint_every: int = 100  # steps between resumable checkpoints (a killed run continues); 0 = off
     log_every: int = 25
     eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
 
@@ -71,6 +74,15 @@ class FinetuneParams:
     dropout: float = 0.1
     from_pretrained: bool = True  # False trains from random initialisation (the no-pretraining ablation)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.1))
+    accumulate: int = 1
+    precision: Literal["fp32", "bf16"] = "fp32"
+    llrd: float = 1.0  # layer-wise LR decay: layer l of L trains at lr * llrd^(L-1-l); 1.0 = off
+    unfreeze_every: int = 0  # steps between thawing backbone layers top-down (ULMFiT); 0 = off
+    adversarial: Literal["none", "fgm", "pgd"] = "none"  # perturbations of the word embeddings
+    adv_epsilon: float = 1.0  # FGM / PGD perturbation norm
+    pgd_alpha: float = 0.3  # PGD step size
+    pgd_steps: int = 3
+    patience: int = 0  # validation passes without improvement before stopping early; 0 = off
     log_every: int = 25
     eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
 

@@ -1,5 +1,6 @@
 """Whole-model invariants: padding, eager vs SDPA, sparse MLM head, pooling, dropout, tying."""
 
+import numpy as np
 import pytest
 import torch
 from conftest import padded_batch
@@ -120,3 +121,30 @@ def test_segment_ids_change_the_output() -> None:
     with torch.no_grad():
         torch.testing.assert_close(model(ids, mask, torch.zeros_like(ids)), model(ids, mask), atol=0, rtol=0)
         assert not torch.allclose(model(ids, mask, segments), model(ids, mask))
+
+
+def test_sliding_windows_cover_the_document_with_overlap() -> None:
+    from minibert.inference import sliding_windows
+
+    ids = list(range(10, 30))  # 20 tokens
+    windows = sliding_windows(ids, max_length=10, stride=5, cls_id=2, sep_id=3)
+    assert all(w[0] == 2 and w[-1] == 3 and len(w) == 10 for w in windows)
+    bodies = [w[1:-1] for w in windows]
+    assert bodies[0] == ids[:8] and bodies[-1] == ids[-8:]
+    assert sorted({t for b in bodies for t in b}) == ids
+    assert sliding_windows([7, 8], 10, 5, 2, 3) == [[2, 7, 8, 3]]
+    with pytest.raises(ValueError, match="stride must be in 1..8"):
+        sliding_windows(ids, 10, 9, 2, 3)
+
+
+@pytest.mark.parametrize("aggregate", ["mean", "max", "first"])
+def test_document_prediction_aggregates_window_logits(aggregate: str) -> None:
+    from minibert.inference import AGGREGATIONS, predict_documents, predict_logits, sliding_windows
+
+    model = build_classifier(tiny(), ClassifierConfig()).eval()
+    docs = [torch.randint(5, V, (n,)).tolist() for n in (40, 7, 25)]
+    got = predict_documents(model, docs, max_length=16, stride=7, aggregate=aggregate, batch_size=4, cls_id=2, sep_id=3)
+    assert got.shape == (3, 2)
+    for doc, row in zip(docs, got):
+        per_window = predict_logits(model, sliding_windows(doc, 16, 7, 2, 3), batch_size=8)
+        np.testing.assert_allclose(row, AGGREGATIONS[aggregate](per_window), rtol=1e-5, atol=1e-6)

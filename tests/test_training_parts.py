@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from minibert.batching import bucketed_batches, pad_batch, sorted_batches
+from minibert.batching import EpochStream, bucketed_batches, pad_batch, sorted_batches
 from minibert.losses import kd_loss, mlm_loss
 from minibert.masking import IGNORE_INDEX, mask_tokens
 from minibert.trainer import (
+    Checkpointer,
+    Hooks,
     LoopConfig,
     OptimConfig,
     RecordingTracker,
@@ -140,7 +142,7 @@ def test_fit_reduces_loss_logs_and_evaluates() -> None:
 
     result = fit(model, _toy_stream(w), step, OptimConfig(lr=0.05, warmup_ratio=0.0, schedule="constant"),
                  LoopConfig(max_steps=200, log_every=50, eval_every=100), tracker,
-                 evaluate=lambda m: {"w_error": float((m.weight.T - w).abs().max())})
+                 Hooks(evaluate=lambda m: {"w_error": float((m.weight.T - w).abs().max())}))
     losses = [v for _, v in tracker.series("train_loss")]
     assert len(losses) == 4 and losses[-1] < 0.01 * losses[0]
     assert [s for s, _ in result.evals] == [100, 200]
@@ -158,3 +160,89 @@ def test_fit_stops_when_the_time_budget_is_spent() -> None:
     result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(), LoopConfig(max_steps=10_000, time_budget_s=0.2),
                  RecordingTracker())
     assert result.stopped_by == "time_budget" and 3 <= result.steps < 20
+
+
+def _regression_stream(seed: int = 0) -> EpochStream:
+    """A resumable stream over a fixed toy regression set (unit-test data, not training data)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(96, 4, generator=gen)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(96, 1, generator=gen)
+
+    def make(index: np.ndarray, g: torch.Generator) -> tuple[torch.Tensor, ...]:
+        noise = 0.01 * torch.randn(len(index), 1, generator=g)  # exercises the stream's RNG state
+        return x[index], y[index] + noise
+
+    return EpochStream(np.full(96, 4), 8, seed, make)
+
+
+def _mse_step(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, int]:
+    x, y = batch
+    return F.mse_loss(m(torch.nn.functional.dropout(x, 0.1, training=m.training)), y), len(x)
+
+
+def test_a_killed_run_resumes_to_the_same_weights(tmp_path) -> None:
+    optim, loop = OptimConfig(lr=0.02), LoopConfig(max_steps=30, log_every=5, checkpoint_every=10)
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(4, 1)
+    fit(reference, _regression_stream(), _mse_step, optim, loop, RecordingTracker())
+
+    class Killed(Exception):
+        pass
+
+    def kill_at_25(step: int) -> None:
+        if step == 25:
+            raise Killed
+
+    torch.manual_seed(0)
+    checkpointer = Checkpointer(tmp_path / "resume.pt", fingerprint="run-a")
+    with pytest.raises(Killed):
+        fit(torch.nn.Linear(4, 1), _regression_stream(), _mse_step, optim, loop, RecordingTracker(),
+            Hooks(before_step=kill_at_25), checkpointer)
+    assert checkpointer.path.is_file()
+    torch.manual_seed(123)  # a new process: different RNG until the checkpoint restores it
+    resumed = torch.nn.Linear(4, 1)
+    result = fit(resumed, _regression_stream(), _mse_step, optim, loop, RecordingTracker(), checkpointer=checkpointer)
+    assert result.resumed_from == 20 and result.steps == 30
+    torch.testing.assert_close(resumed.weight, reference.weight, atol=0, rtol=0)
+    assert not checkpointer.path.exists(), "a completed run removes its checkpoint"
+    stale = Checkpointer(tmp_path / "resume.pt", fingerprint="run-b")
+    checkpointer.save({"step": 5})
+    assert stale.load() is None, "a checkpoint of other params or data is never resumed"
+
+
+def test_gradient_accumulation_matches_one_large_batch() -> None:
+    x = torch.randn(16, 4)
+    y = x.sum(1, keepdim=True)
+
+    def stream(size: int):
+        while True:
+            for i in range(0, 16, size):
+                yield x[i : i + size], y[i : i + size]
+
+    step = lambda m, b: (F.mse_loss(m(b[0]), b[1]), len(b[0]))  # noqa: E731
+    cfg = OptimConfig(lr=0.1, warmup_ratio=0.0, schedule="constant", grad_clip=0.0)
+    torch.manual_seed(0)
+    big = torch.nn.Linear(4, 1)
+    torch.manual_seed(0)
+    small = torch.nn.Linear(4, 1)
+    fit(big, stream(16), step, cfg, LoopConfig(max_steps=5), RecordingTracker())
+    fit(small, stream(4), step, cfg, LoopConfig(max_steps=5, accumulate=4), RecordingTracker())
+    torch.testing.assert_close(small.weight, big.weight, atol=1e-6, rtol=1e-5)
+
+
+def test_lr_scale_makes_groups_with_their_own_learning_rate() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    opt = build_optimizer(model, OptimConfig(lr=1.0), lr_scale=lambda name: 0.5 if name.startswith("0.") else 1.0)
+    rates = sorted((g["lr"], g["weight_decay"], len(g["params"])) for g in opt.param_groups)
+    assert rates == [(0.5, 0.0, 1), (0.5, 0.01, 1), (1.0, 0.0, 1), (1.0, 0.01, 1)]
+
+
+def test_bf16_autocast_trains() -> None:
+    model = torch.nn.Linear(4, 1)
+    tracker = RecordingTracker()
+    fit(model, _toy_stream(torch.ones(4, 1)), lambda m, b: (F.mse_loss(m(b[0]).float(), b[1]), 1),
+        OptimConfig(lr=0.05, warmup_ratio=0.0), LoopConfig(max_steps=60, log_every=20, precision="bf16"), tracker)
+    losses = [v for _, v in tracker.series("train_loss")]
+    assert losses[-1] < 0.2 * losses[0]
+    with pytest.raises(ConfigError, match=r"precision: 'fp8' is not one of \['fp32', 'bf16'\]"):
+        LoopConfig(max_steps=1, precision="fp8")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +22,14 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from minibert.batching import bucketed_batches, pad_batch
+from minibert.batching import EpochStream, pad_batch
 from minibert.checkpoint import load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
+from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.inference import encode, predict_logits
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import LoopConfig, Tracker, fit
+from minibert.trainer import Hooks, LoopConfig, Tracker, fit
 from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, load_params
@@ -37,14 +38,14 @@ from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
 
-def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int) -> Iterator[tuple[Tensor, ...]]:
+def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int) -> EpochStream:
     """Endless (ids, mask, labels) batches, length-bucketed, reshuffled every epoch."""
-    rng = np.random.default_rng(seed)
-    lengths = [len(s) for s in sequences]
-    while True:
-        for index in bucketed_batches(lengths, batch_size, rng):
-            ids, mask = pad_batch([sequences[i] for i in index], pad_id=0)
-            yield ids, mask, torch.as_tensor(labels[index])  # int labels, or float targets (distill)
+
+    def make(index: np.ndarray, _: torch.Generator) -> tuple[Tensor, ...]:
+        ids, mask = pad_batch([sequences[i] for i in index], pad_id=0)
+        return ids, mask, torch.as_tensor(labels[index])  # int labels, or float targets (distill)
+
+    return EpochStream([len(s) for s in sequences], batch_size, seed, make)
 
 
 def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
@@ -76,14 +77,27 @@ def train_classifier(
         n_evals += 1
         return metrics
 
-    max_steps = steps_for(len(train[0]), cfg.batch_size, cfg.epochs)
+    def patience_spent() -> bool:
+        return cfg.patience > 0 and n_evals - 1 - best["index"] >= cfg.patience
+
+    max_steps = steps_for(len(train[0]), cfg.batch_size * cfg.accumulate, cfg.epochs)
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
+    num_layers = len(model.backbone.encoder.layers)
+    hooks = Hooks(
+        evaluate=evaluate,
+        lr_scale=llrd_scale(num_layers, cfg.llrd) if cfg.llrd < 1.0 else None,
+        before_step=GradualUnfreezing(model, cfg.unfreeze_every) if cfg.unfreeze_every else None,
+        adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
+        should_stop=patience_spent,
+    )
+    loop = LoopConfig(max_steps=max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                      accumulate=cfg.accumulate, precision=cfg.precision)
     with progress_bar(max_steps, name) as bar:
-        result = fit(
-            model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed), step or classify_step, cfg.optim,
-            LoopConfig(max_steps=max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every),
-            tracker, evaluate=evaluate, progress=bar,
-        )
+        hooks.progress = bar
+        result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed), step or classify_step,
+                     cfg.optim, loop, tracker, hooks)
+    for param in model.parameters():
+        param.requires_grad_(True)  # undo any unfreezing schedule cut short
     model.load_state_dict(best["state"])
     metrics = {
         "val_accuracy": best["accuracy"],
@@ -91,8 +105,9 @@ def train_classifier(
         "best_step": result.evals[best["index"]][0],
         "steps": result.steps,
         "stopped_by_budget": result.stopped_by == "time_budget",
+        "stopped_early": result.stopped_by == "hook",
         "train_seconds": result.seconds,
-        "epochs": result.steps * cfg.batch_size / len(train[0]),
+        "epochs": result.steps * cfg.batch_size * cfg.accumulate / len(train[0]),
     }
     return model.eval(), metrics
 

@@ -11,8 +11,9 @@ batches need.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
-from minibert.batching import bucketed_batches, pad_batch, sorted_batches
+from minibert.batching import EpochStream, pad_batch, sorted_batches
 from minibert.checkpoint import save_model
 from minibert.config import ModelConfig
 from minibert.inference import chunk_document
@@ -28,12 +29,13 @@ from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer
-from minibert.trainer import LoopConfig, LoopResult, Tracker, fit
+from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, Tracker, fit
 from pipeline.io import read_table
-from pipeline.params import Params, PretrainParams, load_params
+from pipeline.params import Params, PretrainParams, flatten, load_params
 from pipeline.progress import progress_bar
+from pipeline.provenance import data_digests
 from pipeline.stages.common import finish_stage
-from pipeline.tracking import stage_run
+from pipeline.tracking import project_root, stage_run
 
 
 def build_sequences(tok: Tokenizer, texts: list[str], max_length: int, needed: int, seed: int) -> list[list[int]]:
@@ -60,14 +62,12 @@ def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, ge
     return masked, mask, positions, labels[positions]
 
 
-def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int) -> Iterator[tuple[Tensor, ...]]:
-    """Endless length-bucketed, freshly masked batches; a new shuffle every epoch."""
-    rng = np.random.default_rng(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    lengths = [len(s) for s in sequences]
-    while True:
-        for index in bucketed_batches(lengths, cfg.batch_size, rng):
-            yield masked_batch([sequences[i] for i in index], cfg, vocab_size, gen)
+def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int) -> EpochStream:
+    """Endless length-bucketed, freshly masked batches; a new shuffle every epoch; resumable."""
+    return EpochStream(
+        [len(s) for s in sequences], cfg.batch_size, cfg.seed,
+        lambda index, gen: masked_batch([sequences[i] for i in index], cfg, vocab_size, gen),
+    )
 
 
 def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
@@ -86,11 +86,16 @@ def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str
     return {"mlm_accuracy": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1)}
 
 
-def run(cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker) -> tuple[MaskedLM, dict]:
+def run(
+    cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker,
+    checkpointer: Checkpointer | None = None,
+) -> tuple[MaskedLM, dict]:
+    """Pretrain; with a ``checkpointer``, a killed run resumes where its last checkpoint left off."""
     torch.manual_seed(cfg.seed)
     if cfg.max_length > model_cfg.max_positions:
         raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
-    sequences = build_sequences(tok, texts, cfg.max_length, cfg.max_steps * cfg.batch_size + cfg.eval_rows, cfg.seed)
+    needed = cfg.max_steps * cfg.batch_size * cfg.accumulate + cfg.eval_rows
+    sequences = build_sequences(tok, texts, cfg.max_length, needed, cfg.seed)
     if len(sequences) <= cfg.eval_rows:
         raise ValueError(f"corpus gives {len(sequences)} sequences; need more than pretrain.eval_rows={cfg.eval_rows}")
     held_out, train = sequences[: cfg.eval_rows], sequences[cfg.eval_rows :]
@@ -102,10 +107,12 @@ def run(cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list
     with progress_bar(cfg.max_steps, "pretrain") as bar:
         result: LoopResult = fit(
             model, batch_stream(train, cfg, model_cfg.vocab_size), mlm_step, cfg.optim,
-            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every),
-            tracker, evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar,
+            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, accumulate=cfg.accumulate,
+                       precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
+            tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer,
         )
-    tokens_seen = result.steps * cfg.batch_size * float(np.mean([len(s) for s in train]))
+    examples = result.steps * cfg.batch_size * cfg.accumulate
+    tokens_seen = examples * float(np.mean([len(s) for s in train]))
     final = result.evals[-1][1]
     metrics = {
         **final,
@@ -114,7 +121,8 @@ def run(cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list
         "stopped_by_budget": result.stopped_by == "time_budget",
         "train_seconds": result.seconds,
         "train_sequences": len(train),
-        "epochs": result.steps * cfg.batch_size / len(train),
+        "resumed_from_step": result.resumed_from,
+        "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
         "final_train_loss": result.last_loss,
     }
@@ -127,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--out", type=Path, default=Path("models/pretrain/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/pretrain.json"))
+    parser.add_argument("--resume", type=Path, default=Path(".minibert/resume/pretrain.pt"),
+                        help="resumable training state (not a DVC output: it survives a killed run)")
     args = parser.parse_args(argv)
     params: Params = load_params()
     tok = load_tokenizer(args.tokenizer)
@@ -134,7 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("pretrain", params, ["model", "pretrain"], [args.corpus, args.tokenizer]) as tracker:
         corpus = read_table(args.corpus, ["text"])
         tracker.log_dataset(corpus, "corpus", args.corpus, context="pretraining", targets=None)
-        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker)
+        fingerprint = json.dumps({"params": flatten({"model": params.model, "pretrain": params.pretrain}),
+                                  "inputs": data_digests([args.corpus, args.tokenizer], project_root())}, sort_keys=True)
+        checkpointer = Checkpointer(args.resume, hashlib.sha256(fingerprint.encode()).hexdigest())
+        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker, checkpointer)
         save_model(model, model_cfg, args.out)
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
