@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from minibert.attention import SelfAttention
 
@@ -97,6 +99,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.final_norm = final_norm
+        # Recompute each layer's activations in the backward pass instead of storing them:
+        # less memory for about one extra forward. Training only; set via set_gradient_checkpointing.
+        self.gradient_checkpointing = False
 
     def forward(
         self, x: Tensor, mask: Tensor | None, need_weights: bool = False
@@ -104,7 +109,10 @@ class Encoder(nn.Module):
         """Returns hidden states (B, T, C) and, if asked, one (B, H, T, T) weight tensor a layer."""
         all_weights = []
         for layer in self.layers:
-            x, weights = layer(x, mask, need_weights)
+            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+                x, weights = checkpoint(layer, x, mask, need_weights, use_reentrant=False)
+            else:
+                x, weights = layer(x, mask, need_weights)
             if need_weights:
                 all_weights.append(weights)
         if self.final_norm is not None:

@@ -122,6 +122,13 @@ class SequenceClassifier(nn.Module):
         return self.head(hidden, mask)
 
 
+def set_gradient_checkpointing(model: nn.Module, enabled: bool) -> None:
+    """Trade compute for memory in training: recompute layer activations during backward."""
+    for module in model.modules():
+        if isinstance(module, Encoder):
+            module.gradient_checkpointing = enabled
+
+
 def init_weights(module: nn.Module, std: float) -> None:
     """BERT's initialisation: N(0, std) for linear and embedding weights, zero biases, unit norms."""
     for m in module.modules():

@@ -59,6 +59,8 @@ class PretrainParams:
     accumulate: int = 1  # micro-batches per optimizer step
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast (pays on CPUs with AMX / on GPUs)
     checkpoint_every: int = 100  # steps between resumable checkpoints (a killed run continues); 0 = off
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30 % more compute
+    compile: bool = False  # torch.compile the model (inductor; pays only for long runs, compiling takes a minute)
     log_every: int = 25
     eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
 

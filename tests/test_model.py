@@ -148,3 +148,18 @@ def test_document_prediction_aggregates_window_logits(aggregate: str) -> None:
     for doc, row in zip(docs, got):
         per_window = predict_logits(model, sliding_windows(doc, 16, 7, 2, 3), batch_size=8)
         np.testing.assert_allclose(row, AGGREGATIONS[aggregate](per_window), rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients() -> None:
+    from minibert.model import set_gradient_checkpointing
+
+    model = build_mlm(tiny(hidden_dropout=0.0, attention_dropout=0.0)).train()
+    ids, mask = padded_batch(V, [9, 5])
+    model(ids, mask).square().mean().backward()
+    plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    set_gradient_checkpointing(model, True)
+    assert model.backbone.encoder.gradient_checkpointing
+    model(ids, mask).square().mean().backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, plain[name], atol=1e-6, rtol=1e-5)

@@ -211,3 +211,32 @@ def test_malformed_raw_data_fails_cleanly_and_writes_nothing(project: tuple[Path
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "m.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["raw"], "no temp files left behind"
+
+
+def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Path, str], tmp_path: Path) -> None:
+    dest, _ = project
+    params = dest / "params.yaml"
+    original = params.read_text()
+    data = yaml.safe_load(original)
+    data["pretrain"].update(max_steps=400, checkpoint_every=20, log_every=20)
+    params.write_text(yaml.safe_dump(data))
+    resume = dest / ".minibert" / "resume" / "pretrain.pt"
+    cmd = [sys.executable, "-m", "pipeline.stages.pretrain", "--out", str(tmp_path / "m.safetensors"),
+           "--metrics", str(tmp_path / "pretrain.json")]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MINIBERT_PARENT_RUN_ID", None)
+    try:
+        proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while not resume.exists() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        assert resume.exists(), "no checkpoint was written before the kill"
+        assert not (tmp_path / "m.safetensors").exists(), "a killed run leaves no model behind"
+        sh(cmd, dest)
+        metrics = json.loads((tmp_path / "pretrain.json").read_text())
+        assert metrics["resumed_from_step"] >= 20 and metrics["steps"] == 400
+        assert not resume.exists(), "the finished run removed its checkpoint"
+    finally:
+        params.write_text(original)

@@ -27,7 +27,7 @@ from minibert.config import ModelConfig
 from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
-from minibert.model import MaskedLM, build_mlm
+from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer
 from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, Tracker, fit
 from pipeline.io import read_table
@@ -103,10 +103,12 @@ def run(
     eval_batches = [masked_batch([held_out[i] for i in idx], cfg, model_cfg.vocab_size, eval_gen)
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
+    set_gradient_checkpointing(model, cfg.gradient_checkpointing)
+    trained = torch.compile(model) if cfg.compile else model  # shares parameters with ``model``
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
     with progress_bar(cfg.max_steps, "pretrain") as bar:
         result: LoopResult = fit(
-            model, batch_stream(train, cfg, model_cfg.vocab_size), mlm_step, cfg.optim,
+            trained, batch_stream(train, cfg, model_cfg.vocab_size), mlm_step, cfg.optim,
             LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, accumulate=cfg.accumulate,
                        precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
             tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer,
