@@ -1,8 +1,8 @@
 """Fine-tuning ablations: each technique on vs off, same seeds, same pretrained encoder.
 
-Runs the finetune stage's own functions (no DVC, no MLflow) on the prepared SST-2 splits from
-the pretrained checkpoint the pipeline wrote, once per variant, and reports SST-2 dev accuracy
-(GLUE dev, the test of record) and validation accuracy in one table. Variants are overrides of
+Runs the finetune stage's own functions (no DVC, no MLflow) on the task's prepared splits from
+the pretrained checkpoint the pipeline wrote, once per variant, and reports accuracy on the
+test split of record (SST-2: GLUE dev) and on validation in one table. Variants are overrides of
 params.yaml's ``finetune`` section. Writes benchmarks/results/ablations.json.
 
     python benchmarks/ablations.py [--only baseline,llrd] [--epochs 1]
@@ -22,13 +22,12 @@ from pathlib import Path
 import torch
 
 from minibert.checkpoint import load_model
-from minibert.inference import predict_logits
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
-from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import load_params
-from pipeline.stages.finetune import build, encode_split, train_classifier
+from pipeline.stages.finetune import build, train_classifier, validation
+from pipeline.task import encode_train, load_split
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,9 +61,10 @@ def main() -> None:
     tok = load_tokenizer(ROOT / "models" / "tokenizer" / "tokenizer.json")
     data = ROOT / "data" / "prepared"
     base = params.finetune if args.epochs is None else dataclasses.replace(params.finetune, epochs=args.epochs)
-    train = encode_split(tok, read_table(data / "sst2_train.parquet", ["text", "label"]), base.max_length)
-    val = encode_split(tok, read_table(data / "sst2_val.parquet", ["text", "label"]), base.max_length)
-    dev = encode_split(tok, read_table(data / "sst2_dev.parquet", ["text", "label"]), base.max_length)
+    task = params.task
+    train = encode_train(tok, load_split(data, task, "train"), task)
+    val = validation(tok, load_split(data, task, "val"), task)
+    test = validation(tok, load_split(data, task, "test"), task)
     names = args.only.split(",") if args.only else list(VARIANTS)
     rows = []
     for name in names:
@@ -76,7 +76,7 @@ def main() -> None:
         model = build(cfg, model_cfg, mlm.backbone if cfg.from_pretrained else None)
         start = time.perf_counter()
         model, metrics = train_classifier(model, cfg, train, val, NullTracker(), name=name)
-        dev_metrics = classification_metrics(dev[1], predict_logits(model, dev[0], 128))
+        dev_metrics = classification_metrics(test[1], test[0](model))
         rows.append({"variant": name, "overrides": VARIANTS[name], "dev_accuracy": dev_metrics["accuracy"],
                      "dev_f1": dev_metrics["f1"], "val_accuracy": metrics["val_accuracy"],
                      "seconds": time.perf_counter() - start, "steps": metrics["steps"]})

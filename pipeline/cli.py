@@ -54,7 +54,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         print(f"  {stage:<10} {seconds:8.1f} s")
     evaluation = Path("metrics/evaluate.json")
     if evaluation.is_file():
-        print("\nSST-2 dev accuracy:")
+        print(f"\n{params.task.name} accuracy on the test split of record:")
         for variant, row in json.loads(evaluation.read_text()).items():
             print(f"  {variant:<13} {row['accuracy']:.4f}")
     return 0

@@ -41,6 +41,18 @@ class PrepareParams:
 
 
 @dataclass(frozen=True)
+class TaskParams:
+    name: Literal["sst2", "imdb"] = "sst2"  # sst2: GLUE dev is the test of record; imdb: the test split
+    max_length: int = 64  # tokens a sequence or window, [CLS] and [SEP] included
+    stride: int = 48  # window step for texts longer than max_length (consecutive windows overlap)
+    aggregate: Literal["mean", "max", "first"] = "mean"  # window logits -> one prediction
+
+    def __post_init__(self) -> None:
+        if self.max_length < 3 or not 0 < self.stride <= self.max_length - 2:
+            raise ConfigError(f"task: need max_length >= 3 and 0 < stride <= max_length - 2; got {self}")
+
+
+@dataclass(frozen=True)
 class TokenizerParams:
     vocab_size: int = 8000
     min_frequency: int = 2
@@ -68,7 +80,6 @@ class PretrainParams:
 @dataclass(frozen=True)
 class FinetuneParams:
     seed: int = 0
-    max_length: int = 64
     batch_size: int = 32
     epochs: float = 2.0
     time_budget_min: float | None = None
@@ -145,6 +156,7 @@ class TrackingParams:
 class Params:
     data: DataParams = field(default_factory=DataParams)
     prepare: PrepareParams = field(default_factory=PrepareParams)
+    task: TaskParams = field(default_factory=TaskParams)
     tokenizer: TokenizerParams = field(default_factory=TokenizerParams)
     model: dict[str, Any] = field(default_factory=lambda: {"preset": "mini"})
     pretrain: PretrainParams = field(default_factory=PretrainParams)

@@ -1,11 +1,14 @@
 """The deployable sentiment model as an MLflow pyfunc (models-from-code).
 
 MLflow copies this file into the logged model, so it imports only what the serving
-environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch.
+environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch. It reads
+texts of any length as the evaluate stage does: sliding windows of ``max_length`` tokens every
+``stride`` tokens (the rule of ``minibert.inference.sliding_windows``; tests/test_serving.py
+checks the two agree), window logits combined by ``aggregate`` (mean, max or first).
 Input: a DataFrame with a ``text`` column (or a list of strings). Output: a DataFrame with
 ``label`` (0 negative, 1 positive) and ``probability`` (of the predicted label) per row.
-Artifacts: ``tokenizer`` (tokenizer.json) and ``onnx`` (the exported classifier);
-model_config: ``max_length``, ``threads``.
+Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier).
+model_config: ``max_length``, ``stride``, ``aggregate``, ``threads``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,16 @@ import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+AGGREGATE = {"mean": lambda w: w.mean(axis=0), "max": lambda w: w.max(axis=0), "first": lambda w: w[0]}
+
+
+def windows(ids: list[int], max_length: int, stride: int, cls_id: int, sep_id: int) -> list[list[int]]:
+    body = max_length - 2
+    if len(ids) <= body:
+        return [[cls_id, *ids, sep_id]]
+    starts = list(range(0, len(ids) - body, stride)) + [len(ids) - body]
+    return [[cls_id, *ids[s : s + body], sep_id] for s in starts]
+
 
 class SentimentModel(PythonModel):
     def load_context(self, context):  # noqa: ANN001 - untyped: MLflow reads predict's hints as a schema
@@ -22,13 +35,42 @@ class SentimentModel(PythonModel):
         from tokenizers import Tokenizer
 
         config = context.model_config or {}
+        self.max_length = int(config.get("max_length", 64))
+        self.stride = int(config.get("stride", self.max_length - 2))
+        self.aggregate = AGGREGATE[config.get("aggregate", "mean")]
         self.tokenizer = Tokenizer.from_file(context.artifacts["tokenizer"])
-        self.tokenizer.enable_truncation(max_length=int(config.get("max_length", 64)))
-        self.tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        self.cls_id, self.sep_id = self.tokenizer.token_to_id("[CLS]"), self.tokenizer.token_to_id("[SEP]")
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(config.get("threads", 0))
         self.session = ort.InferenceSession(context.artifacts["onnx"], options, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def logits(self, texts: list[str]) -> np.ndarray:
+        """(N, L) logits, one row a text, through sliding windows."""
+        owner, rows = [], []
+        for doc, enc in enumerate(self.tokenizer.encode_batch(texts, add_special_tokens=False)):
+            for window in windows(enc.ids, self.max_length, self.stride, self.cls_id, self.sep_id):
+                owner.append(doc)
+                rows.append(window)
+        order = np.argsort([len(r) for r in rows], kind="stable")
+        window_logits = np.empty((len(rows), 0), dtype=np.float32)
+        for start in range(0, len(rows), 64):  # length-sorted batches of 64 windows
+            index = order[start : start + 64]
+            width = max(len(rows[i]) for i in index)
+            ids = np.zeros((len(index), width), dtype=np.int64)
+            mask = np.zeros((len(index), width), dtype=np.int64)
+            for r, i in enumerate(index):
+                ids[r, : len(rows[i])] = rows[i]
+                mask[r, : len(rows[i])] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            out = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+            if window_logits.shape[1] == 0:
+                window_logits = np.empty((len(rows), out.shape[1]), dtype=np.float32)
+            window_logits[index] = out
+        owner_arr = np.asarray(owner)
+        return np.stack([self.aggregate(window_logits[owner_arr == d]) for d in range(len(texts))])
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001 - see load_context
         if isinstance(model_input, pd.DataFrame):
@@ -39,17 +81,10 @@ class SentimentModel(PythonModel):
             texts = [str(t) for t in model_input]
         if not texts:
             return pd.DataFrame({"label": pd.Series([], dtype="int64"), "probability": pd.Series([], dtype="float64")})
-        encodings = self.tokenizer.encode_batch(texts)
-        feed = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
-        }
-        logits = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+        logits = self.logits(texts)
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs = shifted / shifted.sum(axis=1, keepdims=True)
-        labels = probs.argmax(axis=1)
-        return pd.DataFrame({"label": labels.astype("int64"), "probability": probs.max(axis=1).astype("float64")})
+        return pd.DataFrame({"label": probs.argmax(axis=1).astype("int64"), "probability": probs.max(axis=1).astype("float64")})
 
 
 mlflow.models.set_model(SentimentModel())

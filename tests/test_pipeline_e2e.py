@@ -182,6 +182,22 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
     assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == "1"
 
 
+def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb"], dest)
+    ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
+    assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
+    assert {"finetune", "baseline", "evaluate", "register"} <= set(ran)
+    evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
+    assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
+    export = json.loads((dest / "metrics" / "export.json").read_text())
+    assert max(export[f"max_abs_diff_b{b}"] for b in (1, 8, 32)) <= 1e-4
+    mlflow, client = client_for(dest)
+    evaluate_runs = client.search_runs([client.get_experiment_by_name("minibert-tiny").experiment_id],
+                                       filter_string="tags.`minibert.stage` = 'evaluate'", order_by=["attributes.start_time DESC"])
+    assert {d.dataset.name for d in evaluate_runs[0].inputs.dataset_inputs} == {"imdb_test"}
+
+
 def test_an_unknown_params_key_fails_with_its_name(project: tuple[Path, str]) -> None:
     dest, _ = project
     params = dest / "params.yaml"

@@ -105,6 +105,8 @@ def test_run_on_a_small_raw_layout(tmp_path: Path) -> None:
     assert "Unlabelled review 0 end" in corpus and set(tables["sst2_train"]["text"]) <= corpus
     assert not set(tables["sst2_val"]["text"]) & corpus, "validation text stays out of pretraining"
     assert report["rows"]["sst2_dev"] == 2
+    assert len(tables["imdb_val"]) == 2 and len(tables["imdb_train"]) == 4 and len(tables["imdb_test"]) == 6
+    assert not set(tables["imdb_val"]["text"]) & set(tables["imdb_train"]["text"])
 
 
 def test_val_fraction_is_range_checked(tmp_path: Path) -> None:

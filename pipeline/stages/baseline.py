@@ -17,10 +17,11 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
-from pipeline.io import atomic_path, read_table
+from pipeline.io import atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import BaselineParams, Params, load_params
 from pipeline.stages.common import finish_stage
+from pipeline.task import load_split, split_path
 from pipeline.tracking import stage_run
 
 
@@ -44,10 +45,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    train_path, val_path = args.data / "sst2_train.parquet", args.data / "sst2_val.parquet"
-    with stage_run("baseline", params, ["baseline"], [train_path, val_path]) as tracker:
-        train, val = read_table(train_path, ["text", "label"]), read_table(val_path, ["text", "label"])
-        tracker.log_dataset(train, "sst2_train", train_path, context="training")
+    train_path, val_path = split_path(args.data, params.task, "train"), split_path(args.data, params.task, "val")
+    with stage_run("baseline", params, ["task", "baseline"], [train_path, val_path]) as tracker:
+        train, val = load_split(args.data, params.task, "train"), load_split(args.data, params.task, "val")
+        tracker.log_dataset(train, train_path.stem, train_path, context="training")
         model, metrics = run(params.baseline, train, val)
         with atomic_path(args.out) as tmp:
             joblib.dump(model, tmp)

@@ -23,10 +23,10 @@ from minibert.losses import kd_loss
 from minibert.model import SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Tracker
-from pipeline.io import read_table
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.stages.common import finish_stage
-from pipeline.stages.finetune import encode_split, train_classifier
+from pipeline.stages.finetune import Validation, train_classifier, validation
+from pipeline.task import encode_train, load_split, split_path
 from pipeline.tracking import stage_run
 
 
@@ -37,8 +37,8 @@ def parameter_counts(model: SequenceClassifier) -> dict[str, int]:
 
 
 def run(
-    cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig, max_length: int,
-    train: tuple[list[list[int]], np.ndarray], val: tuple[list[list[int]], np.ndarray], tracker: Tracker,
+    cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig,
+    train: tuple[list[list[int]], np.ndarray], val: Validation, tracker: Tracker,
 ) -> tuple[SequenceClassifier, dict]:
     torch.manual_seed(cfg.seed)
     teacher_logits = torch.from_numpy(predict_logits(teacher, train[0], batch_size=128))
@@ -47,7 +47,7 @@ def run(
 
     # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
     loop_cfg = FinetuneParams(
-        seed=cfg.seed, max_length=max_length, batch_size=cfg.batch_size, epochs=cfg.epochs,
+        seed=cfg.seed, batch_size=cfg.batch_size, epochs=cfg.epochs,
         time_budget_min=cfg.time_budget_min, optim=cfg.optim, log_every=cfg.log_every,
         eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
     )
@@ -81,16 +81,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    train_path, val_path = args.data / "sst2_train.parquet", args.data / "sst2_val.parquet"
-    with stage_run("distill", params, ["distill", "finetune"], [train_path, val_path, args.tokenizer, args.teacher]) as tracker:
+    task = params.task
+    train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
+    with stage_run("distill", params, ["task", "distill"], [train_path, val_path, args.tokenizer, args.teacher]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         teacher, _, head_cfg = load_model(args.teacher)
         student_cfg = params.student_config(tok.get_vocab_size())
-        max_length = params.finetune.max_length
-        train_df, val_df = read_table(train_path, ["text", "label"]), read_table(val_path, ["text", "label"])
-        tracker.log_dataset(train_df, "sst2_train", train_path, context="training")
-        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, max_length,
-                               encode_split(tok, train_df, max_length), encode_split(tok, val_df, max_length), tracker)
+        train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
+        tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
+        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, encode_train(tok, train_df, task),
+                               validation(tok, val_df, task), tracker)
         save_model(student, student_cfg, args.out, head_cfg)
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 

@@ -1,8 +1,9 @@
-"""evaluate: every variant on SST-2 dev (the GLUE test of record): quality, size and speed.
+"""evaluate: every variant on the task's test split of record (SST-2: GLUE dev): quality, size, speed.
 
 Variants: ``baseline`` (TF-IDF + LR), ``teacher`` (fine-tuned, torch fp32), ``student``
 (distilled, torch fp32), ``student_int8`` (torch dynamic int8), ``student_onnx`` (ONNX Runtime
-fp32). Speed is measured end to end from raw text (tokenization included) on ``threads``
+fp32). Texts longer than ``task.max_length`` are read through sliding windows (IMDb).
+Speed is measured end to end from raw text (tokenization included) on ``threads``
 threads: p50 / p95 latency of single sentences, and throughput in sentences/s at
 ``batch_size``. Size is the artifact's file size. Written to metrics/evaluate.json (nested, so
 ``dvc metrics show`` lists every variant) and plots/evaluate.csv.
@@ -23,12 +24,12 @@ import torch
 
 from minibert.checkpoint import load_model
 from minibert.export import load_session, onnx_logits
-from minibert.inference import encode, predict_logits
 from minibert.quantize import load_int8
 from minibert.tokenizer import load_tokenizer
-from pipeline.io import atomic_path, read_table, write_json
+from pipeline.io import atomic_path, write_json
 from pipeline.metrics import classification_metrics, percentiles_ms
 from pipeline.params import EvaluateParams, Params, load_params
+from pipeline.task import load_split, split_path, text_logits
 from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores
@@ -59,20 +60,14 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: Evaluat
     return {**result, **percentiles_ms(single), "throughput_per_s": len(texts) / seconds, "size_mb": size / 1e6}
 
 
-def torch_predictor(model: torch.nn.Module, tok, max_length: int, batch_size: int) -> Predict:
-    return lambda texts: predict_logits(model, encode(tok, texts, max_length), batch_size)
+def onnx_callable(session) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """An ONNX Runtime session behind the (ids, mask) -> logits signature the predictors take."""
+    return lambda ids, mask: torch.from_numpy(onnx_logits(session, ids.numpy(), mask.numpy()))
 
 
-def onnx_predictor(session, tok, max_length: int, batch_size: int) -> Predict:
-    def run(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return torch.from_numpy(onnx_logits(session, ids.numpy(), mask.numpy()))
-
-    return lambda texts: predict_logits(run, encode(tok, texts, max_length), batch_size)
-
-
-def run(variants: list[Variant], dev: pd.DataFrame, cfg: EvaluateParams) -> dict[str, dict[str, float]]:
+def run(variants: list[Variant], test: pd.DataFrame, cfg: EvaluateParams) -> dict[str, dict[str, float]]:
     torch.set_num_threads(cfg.threads)
-    texts, labels = dev["text"].tolist(), dev["label"].to_numpy()
+    texts, labels = test["text"].tolist(), test["label"].to_numpy()
     return {v.name: measure(v, texts, labels, cfg) for v in variants}
 
 
@@ -89,12 +84,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", type=Path, default=Path("plots/evaluate.csv"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg, max_length = params.evaluate, params.finetune.max_length
-    dev_path = args.data / "sst2_dev.parquet"
-    inputs = [dev_path, args.tokenizer, args.baseline, args.teacher, args.student, args.int8, args.onnx]
-    with stage_run("evaluate", params, ["evaluate", "finetune"], inputs) as tracker:
-        dev = read_table(dev_path, ["text", "label"])
-        tracker.log_dataset(dev, "sst2_dev", dev_path, context="evaluation")
+    cfg, task = params.evaluate, params.task
+    test_path = split_path(args.data, task, "test")
+    inputs = [test_path, args.tokenizer, args.baseline, args.teacher, args.student, args.int8, args.onnx]
+    with stage_run("evaluate", params, ["task", "evaluate"], inputs) as tracker:
+        test = load_split(args.data, task, "test")
+        tracker.log_dataset(test, test_path.stem, test_path, context="evaluation")
         tok = load_tokenizer(args.tokenizer)
         baseline = joblib.load(args.baseline)
         teacher, _, _ = load_model(args.teacher)
@@ -103,12 +98,12 @@ def main(argv: list[str] | None = None) -> None:
         session = load_session(args.onnx, threads=cfg.threads)
         variants = [
             Variant("baseline", lambda texts: baseline.predict_proba(texts), args.baseline),
-            Variant("teacher", torch_predictor(teacher, tok, max_length, cfg.batch_size), args.teacher),
-            Variant("student", torch_predictor(student, tok, max_length, cfg.batch_size), args.student),
-            Variant("student_int8", torch_predictor(int8, tok, max_length, cfg.batch_size), args.int8),
-            Variant("student_onnx", onnx_predictor(session, tok, max_length, cfg.batch_size), args.onnx),
+            Variant("teacher", text_logits(teacher, tok, task, cfg.batch_size), args.teacher),
+            Variant("student", text_logits(student, tok, task, cfg.batch_size), args.student),
+            Variant("student_int8", text_logits(int8, tok, task, cfg.batch_size), args.int8),
+            Variant("student_onnx", text_logits(onnx_callable(session), tok, task, cfg.batch_size), args.onnx),
         ]
-        results = run(variants, dev, cfg)
+        results = run(variants, test, cfg)
         write_json(results, args.metrics)
         table = pd.DataFrame([{"variant": k, **v} for k, v in results.items()])
         with atomic_path(args.plot) as tmp:

@@ -1,7 +1,8 @@
-"""export: the distilled student to ONNX, verified against torch on the whole SST-2 dev set.
+"""export: the distilled student to ONNX, verified against torch on the whole test split.
 
-Dynamic batch and sequence axes; parity is checked on padded, length-sorted batches at
-batch sizes 1, 8 and 32. The stage fails (and writes no model) when the largest logit
+Dynamic batch and sequence axes; parity is checked on every sliding window of the task's test
+split of record (all of SST-2 dev by default), in padded, length-sorted batches at batch sizes
+1, 8 and 32. The stage fails (and writes no model) when the largest logit
 difference exceeds ``export.parity_atol`` or any argmax disagrees.
 """
 
@@ -13,11 +14,12 @@ from pathlib import Path
 from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import load_model
 from minibert.export import export_onnx, load_session, parity
-from minibert.inference import encode
-from minibert.tokenizer import load_tokenizer
-from pipeline.io import StageError, read_table
+from minibert.inference import sliding_windows
+from minibert.tokenizer import CLS, SEP, load_tokenizer
+from pipeline.io import StageError
 from pipeline.params import Params, load_params
 from pipeline.stages.common import finish_stage
+from pipeline.task import encode_documents, load_split, split_path
 from pipeline.tracking import stage_run
 
 PARITY_BATCH_SIZES = (1, 8, 32)
@@ -33,11 +35,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg = params.export
-    dev_path = args.data / "sst2_dev.parquet"
-    with stage_run("export", params, ["export"], [args.student, dev_path, args.tokenizer]) as tracker:
+    task = params.task
+    test_path = split_path(args.data, task, "test")
+    with stage_run("export", params, ["task", "export"], [args.student, test_path, args.tokenizer]) as tracker:
         student, _, _ = load_model(args.student)
-        sequences = encode(load_tokenizer(args.tokenizer), read_table(dev_path, ["text"])["text"].tolist(),
-                           params.finetune.max_length)
+        tok = load_tokenizer(args.tokenizer)
+        documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
+        sequences = [w for doc in documents
+                     for w in sliding_windows(doc, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))]
         candidate = args.out.with_name(f".candidate.{args.out.name}")
         export_onnx(student, candidate, opset=cfg.opset)
         try:

@@ -26,15 +26,14 @@ from minibert.batching import EpochStream, pad_batch
 from minibert.checkpoint import load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
-from minibert.inference import encode, predict_logits
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Hooks, LoopConfig, Tracker, fit
-from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
-from pipeline.params import FinetuneParams, Params, load_params
+from pipeline.params import FinetuneParams, Params, TaskParams, load_params
 from pipeline.progress import progress_bar
 from pipeline.stages.common import finish_stage
+from pipeline.task import document_logits, encode_documents, encode_train, load_split, split_path
 from pipeline.tracking import stage_run
 
 
@@ -53,25 +52,30 @@ def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple
     return F.cross_entropy(model(ids, mask), labels), int(mask.sum())
 
 
+Validation = tuple[Callable[[SequenceClassifier], np.ndarray], np.ndarray]  # (model -> logits, labels)
+
+
 def steps_for(rows: int, batch_size: int, epochs: float) -> int:
     return max(1, math.ceil(epochs * math.ceil(rows / batch_size)))
 
 
 def train_classifier(
     model: SequenceClassifier, cfg: FinetuneParams, train: tuple[list[list[int]], np.ndarray],
-    val: tuple[list[list[int]], np.ndarray], tracker: Tracker, name: str = "finetune",
+    val: Validation, tracker: Tracker, name: str = "finetune",
     step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
 ) -> tuple[SequenceClassifier, dict]:
-    """Train, evaluating on ``val`` every ``eval_every`` steps; returns the best model and metrics.
+    """Train, scoring ``val`` every ``eval_every`` steps; returns the best model and metrics.
 
-    ``step`` computes (loss, tokens) for a batch (default: cross-entropy on the labels).
+    ``train``: encoded sequences and labels (or, for distillation, label + teacher-logit rows).
+    ``val``: (model -> validation logits, validation labels). ``step`` computes (loss, tokens)
+    for a batch (default: cross-entropy on the labels).
     """
     best: dict = {"accuracy": -1.0, "index": -1, "state": None}
     n_evals = 0
 
     def evaluate(m: SequenceClassifier) -> dict[str, float]:
         nonlocal n_evals
-        metrics = classification_metrics(val[1], predict_logits(m, val[0], batch_size=128))
+        metrics = classification_metrics(val[1], val[0](m))
         if metrics["accuracy"] > best["accuracy"]:
             best.update(accuracy=metrics["accuracy"], index=n_evals, state=copy.deepcopy(m.state_dict()))
         n_evals += 1
@@ -117,8 +121,10 @@ def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | No
     return build_classifier(model_cfg, head, backbone=pretrained)
 
 
-def encode_split(tok: Tokenizer, df: pd.DataFrame, max_length: int) -> tuple[list[list[int]], np.ndarray]:
-    return encode(tok, df["text"].tolist(), max_length), df["label"].to_numpy()
+def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> Validation:
+    """(model -> logits on ``df`` through the task's sliding windows, labels)."""
+    docs = encode_documents(tok, df["text"].tolist())
+    return (lambda m: document_logits(m, tok, task, batch_size=128)(docs)), df["label"].to_numpy()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,23 +136,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/finetune.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.finetune
-    train_path, val_path = args.data / "sst2_train.parquet", args.data / "sst2_val.parquet"
-    with stage_run("finetune", params, ["model", "finetune"], [train_path, val_path, args.tokenizer, args.pretrained]) as tracker:
+    cfg, task = params.finetune, params.task
+    train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
+    with stage_run("finetune", params, ["model", "task", "finetune"], [train_path, val_path, args.tokenizer, args.pretrained]) as tracker:
         torch.manual_seed(cfg.seed)
         tok = load_tokenizer(args.tokenizer)
-        train_df, val_df = read_table(train_path, ["text", "label"]), read_table(val_path, ["text", "label"])
-        tracker.log_dataset(train_df, "sst2_train", train_path, context="training")
-        tracker.log_dataset(val_df, "sst2_val", val_path, context="validation")
+        train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
+        tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
+        tracker.log_dataset(val_df, val_path.stem, val_path, context="validation")
         if cfg.from_pretrained:
             mlm, model_cfg, _ = load_model(args.pretrained)
             backbone = mlm.backbone
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone)
-        model, metrics = train_classifier(
-            model, cfg, encode_split(tok, train_df, cfg.max_length), encode_split(tok, val_df, cfg.max_length), tracker
-        )
+        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker)
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 

@@ -1,14 +1,15 @@
 """prepare: validate and normalise the raw data, carve the validation split, write a report.
 
 Inputs (raw layout of ../shared/data/README.md): sst2/{train,dev}.tsv, imdb/{train,test,unsup}.jsonl.gz.
-Outputs (one folder, written atomically): sst2_{train,val,dev}, imdb_{train,test} and the
+Outputs (one folder, written atomically): sst2_{train,val,dev}, imdb_{train,val,test} and the
 pretraining ``corpus`` (IMDb unlabeled + SST-2 train text) as parquet tables with columns
 ``text`` (and ``label``); a report with counts, drops and sha256 digests.
 
 Rules: whitespace collapsed and IMDb ``<br />`` tags replaced by spaces; texts shorter than
 ``min_chars`` dropped; duplicate texts kept once (all copies dropped when their labels
 disagree); SST-2 train rows whose text is also in GLUE dev dropped (no test leakage); the
-validation split is a stratified, seeded sample of SST-2 train. GLUE dev stays the test of record.
+validation splits are stratified, seeded samples of SST-2 train and IMDb train. GLUE dev stays
+SST-2's test of record, the IMDb test split IMDb's.
 """
 
 from __future__ import annotations
@@ -132,7 +133,13 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     for split in ("train", "test"):
         imdb = clean(read_imdb(imdb_dir / f"{split}.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
         report["dropped"][f"imdb_{split}"] = imdb.dropped
-        tables[f"imdb_{split}"] = sample(imdb.table, cfg.max_train_rows, cfg.seed)
+        if split == "train":
+            imdb_rest, imdb_val = stratified_split(imdb.table, cfg.val_fraction, cfg.seed)
+            tables["imdb_train"] = sample(imdb_rest, cfg.max_train_rows, cfg.seed)
+            tables["imdb_val"] = sample(imdb_val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1),
+                                        cfg.seed)
+        else:
+            tables["imdb_test"] = sample(imdb.table, cfg.max_dev_rows, cfg.seed)
     unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), cfg.min_chars, labelled=False)
     report["dropped"]["imdb_unsup"] = unsup.dropped
     docs = sample(unsup.table, cfg.corpus_max_docs, cfg.seed)["text"]

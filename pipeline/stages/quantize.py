@@ -11,14 +11,13 @@ import argparse
 from pathlib import Path
 
 from minibert.checkpoint import load_model
-from minibert.inference import predict_logits
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, save_int8
 from minibert.tokenizer import load_tokenizer
-from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.stages.common import finish_stage
-from pipeline.stages.finetune import encode_split
+from pipeline.stages.finetune import validation
+from pipeline.task import load_split, split_path
 from pipeline.tracking import stage_run
 
 
@@ -31,15 +30,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/quantize.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    val_path = args.data / "sst2_val.parquet"
-    with stage_run("quantize", params, ["quantize"], [args.student, val_path, args.tokenizer]) as tracker:
+    val_path = split_path(args.data, params.task, "val")
+    with stage_run("quantize", params, ["task", "quantize"], [args.student, val_path, args.tokenizer]) as tracker:
         student, _, _ = load_model(args.student)
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
-        ids, labels = encode_split(load_tokenizer(args.tokenizer), read_table(val_path, ["text", "label"]),
-                                   params.finetune.max_length)
-        fp32_acc = classification_metrics(labels, predict_logits(student, ids, 128))["accuracy"]
-        int8_acc = classification_metrics(labels, predict_logits(int8, ids, 128))["accuracy"]
+        val_logits, labels = validation(load_tokenizer(args.tokenizer), load_split(args.data, params.task, "val"), params.task)
+        fp32_acc = classification_metrics(labels, val_logits(student))["accuracy"]
+        int8_acc = classification_metrics(labels, val_logits(int8))["accuracy"]
         metrics = {
             "fp32_mb": model_size_bytes(student) / 1e6,
             "int8_mb": model_size_bytes(int8) / 1e6,

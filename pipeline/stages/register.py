@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         raise DataError(
             f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
         )
-    with stage_run("register", params, ["register", "finetune", "evaluate"], [args.onnx, args.tokenizer, args.evaluation]) as tracker:
+    with stage_run("register", params, ["register", "task", "evaluate"], [args.onnx, args.tokenizer, args.evaluation]) as tracker:
         example = pd.DataFrame({"text": ["a gripping , beautifully acted film .", "dull and far too long ."]})
         version = log_pyfunc_model(
             name="model",
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
-            model_config={"max_length": params.finetune.max_length, "threads": params.evaluate.threads},
+            model_config={"max_length": params.task.max_length, "stride": params.task.stride,
+                          "aggregate": params.task.aggregate, "threads": params.evaluate.threads},
             tags={"git_commit": git_commit(project_root())[0], "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
         )

@@ -1,0 +1,67 @@
+"""The classification task a profile trains and evaluates, and how its texts become model inputs.
+
+``task.name`` picks the prepared splits (train / val / test of record); training sequences are
+truncated to ``task.max_length``; every prediction (validation, evaluation, export parity,
+serving) reads the whole text through sliding windows of ``task.max_length`` tokens every
+``task.stride`` tokens, their logits combined by ``task.aggregate``. SST-2 sentences fit one
+window; IMDb reviews take several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tokenizers import Tokenizer
+from torch import Tensor, nn
+
+from minibert.inference import encode, predict_documents
+from minibert.tokenizer import CLS, SEP
+from pipeline.io import read_table
+from pipeline.params import TaskParams
+
+# name -> prepared table names of (train, val, test of record)
+TASK_SPLITS: dict[str, dict[str, str]] = {
+    "sst2": {"train": "sst2_train", "val": "sst2_val", "test": "sst2_dev"},  # GLUE dev is SST-2's test of record
+    "imdb": {"train": "imdb_train", "val": "imdb_val", "test": "imdb_test"},
+}
+
+Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
+
+
+def split_path(data_dir: Path, task: TaskParams, split: str) -> Path:
+    return data_dir / f"{TASK_SPLITS[task.name][split]}.parquet"
+
+
+def load_split(data_dir: Path, task: TaskParams, split: str) -> pd.DataFrame:
+    return read_table(split_path(data_dir, task, split), ["text", "label"])
+
+
+def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray]:
+    """Training sequences (truncated to task.max_length) and labels."""
+    return encode(tok, df["text"].tolist(), task.max_length), df["label"].to_numpy()
+
+
+def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """Whole texts as ids without special tokens, for sliding windows."""
+    tok.no_truncation()
+    tok.no_padding()
+    return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def document_logits(
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams, batch_size: int
+) -> Callable[[list[list[int]]], np.ndarray]:
+    """Encoded documents -> (N, L) logits through the task's sliding windows."""
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    return lambda docs: predict_documents(model, docs, task.max_length, task.stride, task.aggregate, batch_size,
+                                          cls_id, sep_id)
+
+
+def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams,
+                batch_size: int) -> Logits:
+    """Raw texts -> (N, L) logits: tokenization included (what a user of the model pays)."""
+    predict = document_logits(model, tok, task, batch_size)
+    return lambda texts: predict(encode_documents(tok, texts))

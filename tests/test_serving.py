@@ -1,0 +1,67 @@
+"""The registered pyfunc reads texts exactly as the evaluate stage does (sliding windows, aggregation)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from minibert import ClassifierConfig, ModelConfig, build_classifier
+from minibert.export import export_onnx, load_session
+from minibert.inference import sliding_windows
+from minibert.tokenizer import TokenizerConfig, save_tokenizer, train_wordpiece
+from pipeline.params import TaskParams
+from pipeline.stages.evaluate import onnx_callable
+from pipeline.task import text_logits
+
+pytest.importorskip("mlflow")
+from pipeline.serving_model import SentimentModel, windows  # noqa: E402
+
+WORDS = ("the film is a charming funny moving portrait of family dull lifeless script thin wonderful "
+         "performances bored actors plot sense dialogue laughable director vision clumsy act").split()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("serving")
+    rng = np.random.default_rng(0)
+    corpus = [" ".join(rng.choice(WORDS, size=12)) for _ in range(300)]
+    tok = train_wordpiece(iter(corpus), TokenizerConfig(vocab_size=120, min_frequency=1))
+    tok_path = save_tokenizer(tok, tmp / "tokenizer.json")
+    torch.manual_seed(0)
+    model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
+                             ClassifierConfig()).eval()
+    onnx_path = export_onnx(model, tmp / "model.onnx")
+    task = TaskParams(max_length=16, stride=6, aggregate="mean")
+    context = SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(onnx_path)},
+                              model_config={"max_length": 16, "stride": 6, "aggregate": "mean", "threads": 1})
+    pyfunc = SentimentModel()
+    pyfunc.load_context(context)
+    texts = [" ".join(rng.choice(WORDS, size=n)) for n in (3, 15, 40, 90)]  # one to many windows
+    return pyfunc, model, tok, task, onnx_path, texts
+
+
+def test_window_rule_matches_the_library() -> None:
+    for n in (0, 5, 14, 15, 33, 100):
+        ids = list(range(10, 10 + n))
+        assert windows(ids, 16, 6, 2, 3) == sliding_windows(ids, 16, 6, 2, 3)
+
+
+def test_served_logits_equal_the_evaluate_stage_on_long_texts(served) -> None:
+    pyfunc, model, tok, task, onnx_path, texts = served
+    expected = text_logits(onnx_callable(load_session(onnx_path, threads=1)), tok, task, batch_size=8)(texts)
+    np.testing.assert_allclose(pyfunc.logits(texts), expected, atol=1e-5)
+    torch_logits = text_logits(model, tok, task, batch_size=8)(texts)
+    np.testing.assert_allclose(pyfunc.logits(texts), torch_logits, atol=1e-4)
+
+
+def test_predict_returns_labels_and_probabilities(served) -> None:
+    pyfunc, *_, texts = served
+    out = pyfunc.predict(None, pd.DataFrame({"text": texts}))
+    logits = pyfunc.logits(texts)
+    assert out["label"].tolist() == logits.argmax(1).tolist()
+    assert out["probability"].between(0.5, 1.0).all()
+    assert pyfunc.predict(None, []).empty
+    with pytest.raises(ValueError, match="input needs a 'text' column"):
+        pyfunc.predict(None, pd.DataFrame({"review": ["x"]}))
