@@ -2,7 +2,8 @@
 
 Same shape (BERT-Mini: 4 layers, 256 hidden, 4 heads, vocabulary 16k), same batches of real
 IMDb text (batch 32 x 128 tokens, 15 % masked), AdamW, same thread count. Each variant runs in
-its own process (clean memory accounting): peak resident memory is measured over the timed
+its own process (clean memory accounting); bf16 autocast and torch.compile (time after
+compiling) are measured for ours only: peak resident memory is measured over the timed
 steps only (Linux VmHWM after resetting it with /proc/self/clear_refs), above the resident size
 after warm-up. Prints a table of ratios against transformers with SDPA attention and writes
 benchmarks/results/mlm_speed.json.
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-VARIANTS = ("hf-sdpa", "hf-eager", "ours-sdpa", "ours-eager", "ours-sdpa-dense")
+VARIANTS = ("hf-sdpa", "hf-eager", "ours-sdpa", "ours-eager", "ours-sdpa-dense", "ours-sdpa-bf16", "ours-sdpa-compiled")
 SHAPE = dict(layers=4, hidden=256, heads=4, intermediate=1024, vocab=16000)
 
 
@@ -76,9 +77,15 @@ def make_model(variant: str, vocab: int):
     cfg = ModelConfig(vocab_size=vocab, hidden_size=SHAPE["hidden"], num_layers=SHAPE["layers"], num_heads=SHAPE["heads"],
                       intermediate_size=SHAPE["intermediate"], attention=variant.split("-")[1])
     model = build_mlm(cfg)
+    run = torch.compile(model, dynamic=True) if variant.endswith("compiled") else model  # masked count varies
     if variant.endswith("dense"):
-        return model, lambda ids, labels: mlm_loss(model(ids), labels)
-    return model, lambda ids, labels: mlm_loss(model(ids, masked_positions=labels != -100), labels[labels != -100])
+        return model, lambda ids, labels: mlm_loss(run(ids), labels)
+    if variant.endswith("bf16"):
+        def loss_bf16(ids, labels):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return mlm_loss(run(ids, masked_positions=labels != -100), labels[labels != -100])
+        return model, loss_bf16
+    return model, lambda ids, labels: mlm_loss(run(ids, masked_positions=labels != -100), labels[labels != -100])
 
 
 def worker(variant: str, data_path: Path, steps: int, threads: int) -> dict:
@@ -95,7 +102,7 @@ def worker(variant: str, data_path: Path, steps: int, threads: int) -> dict:
         loss.backward()
         optimizer.step()
 
-    for i in range(2):  # warm-up: allocator, optimizer state
+    for i in range(2):  # warm-up: allocator, optimizer state, compilation
         step(i)
     base = _peak_reset()
     start = time.perf_counter()

@@ -104,7 +104,7 @@ def run(
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
-    trained = torch.compile(model) if cfg.compile else model  # shares parameters with ``model``
+    trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
     with progress_bar(cfg.max_steps, "pretrain") as bar:
         result: LoopResult = fit(
