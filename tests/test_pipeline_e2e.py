@@ -94,7 +94,7 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert report["rows"]["sst2_train"] == 300 and report["rows"]["sst2_dev"] == 120
     for stage in STAGES:
         assert re.search(rf"^\s+{stage}\s+\d+\.\d s$", log, re.M), f"no timing line for {stage} in the summary"
-    assert "SST-2 dev accuracy:" in log
+    assert "sst2 accuracy on the test split of record:" in log
 
 
 def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> None:
