@@ -68,8 +68,10 @@ def make_model(variant: str, vocab: int):
         from transformers import BertConfig, BertForMaskedLM
 
         cfg = BertConfig(vocab_size=vocab, hidden_size=SHAPE["hidden"], num_hidden_layers=SHAPE["layers"],
-                         num_attention_heads=SHAPE["heads"], intermediate_size=SHAPE["intermediate"])
-        model = BertForMaskedLM(cfg, attn_implementation=variant.split("-")[1])
+                         num_attention_heads=SHAPE["heads"], intermediate_size=SHAPE["intermediate"],
+                         attn_implementation=variant.split("-")[1])
+        model = BertForMaskedLM(cfg)
+        assert model.config._attn_implementation == variant.split("-")[1]
         return model, lambda ids, labels: model(input_ids=ids, labels=labels).loss
     from minibert import ModelConfig, build_mlm
     from minibert.losses import mlm_loss
@@ -130,7 +132,9 @@ def main() -> None:
         rows = []
         for variant in VARIANTS:
             out = subprocess.run([sys.executable, __file__, "--worker", variant, "--data", str(data), "--steps",
-                                  str(args.steps), "--threads", str(args.threads)], capture_output=True, text=True, check=True)
+                                  str(args.steps), "--threads", str(args.threads)], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"worker {variant} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     ref = next(r for r in rows if r["variant"] == "hf-sdpa")
     print(f"MLM training step, BERT-Mini shape, batch 32 x 128, 15 % masked, {args.threads} threads")
