@@ -122,6 +122,13 @@ class SequenceClassifier(nn.Module):
         return self.head(hidden, mask)
 
 
+def parameter_counts(model: nn.Module) -> tuple[int, int]:
+    """(all parameters, non-embedding parameters): the size measure distillation targets use."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding = sum(p.numel() for n, p in model.named_parameters() if n.startswith("backbone.embeddings."))
+    return total, total - embedding
+
+
 def set_gradient_checkpointing(model: nn.Module, enabled: bool) -> None:
     """Trade compute for memory in training: recompute layer activations during backward."""
     for module in model.modules():

@@ -14,15 +14,12 @@ import time
 from pathlib import Path
 
 from minibert.config import PRESETS
-from minibert.model import build_mlm
+from minibert.model import build_mlm, parameter_counts
 
 
 def count_parameters(name: str) -> tuple[int, int]:
     """(all, non-embedding) parameter counts of a preset's MLM model."""
-    model = build_mlm(PRESETS[name])
-    total = sum(p.numel() for p in model.parameters())
-    embedding = sum(p.numel() for n, p in model.named_parameters() if "embeddings" in n)
-    return total, total - embedding
+    return parameter_counts(build_mlm(PRESETS[name]))
 
 
 def cmd_presets(args: argparse.Namespace) -> int:

@@ -80,9 +80,6 @@ class MlflowTracker:
                                               targets=targets if targets in df.columns else None)
         mlflow.log_input(dataset, context=context)
 
-    def set_tags(self, tags: dict[str, str]) -> None:
-        mlflow.set_tags(tags)
-
 
 def _launcher() -> str | None:
     """"<pid>:<start time>" of the closest ancestor process that is ``dvc``, or None."""

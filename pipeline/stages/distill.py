@@ -20,7 +20,7 @@ from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import init_student_from_teacher
 from minibert.inference import predict_logits
 from minibert.losses import kd_loss
-from minibert.model import SequenceClassifier, build_classifier
+from minibert.model import SequenceClassifier, build_classifier, parameter_counts
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Tracker
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
@@ -30,18 +30,12 @@ from pipeline.task import encode_train, load_split, split_path
 from pipeline.tracking import stage_run
 
 
-def parameter_counts(model: SequenceClassifier) -> dict[str, int]:
-    total = sum(p.numel() for p in model.parameters())
-    embedding = sum(p.numel() for n, p in model.named_parameters() if ".embeddings." in n)
-    return {"params": total, "non_embedding_params": total - embedding}
-
-
 def run(
     cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig,
     train: tuple[list[list[int]], np.ndarray], val: Validation, tracker: Tracker,
 ) -> tuple[SequenceClassifier, dict]:
     torch.manual_seed(cfg.seed)
-    teacher_logits = torch.from_numpy(predict_logits(teacher, train[0], batch_size=128))
+    teacher_logits = predict_logits(teacher, train[0], batch_size=128)  # (N, L), computed once
     student = build_classifier(student_cfg, head_cfg)
     copied = init_student_from_teacher(student, teacher)
 
@@ -51,16 +45,16 @@ def run(
         time_budget_min=cfg.time_budget_min, optim=cfg.optim, log_every=cfg.log_every,
         eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
     )
-    targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits.numpy()], axis=1)
+    targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits], axis=1)
     student, metrics = train_classifier(
         student, loop_cfg, (train[0], targets), val, tracker, name="distill",
         step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha),
     )
-    t_counts, s_counts = parameter_counts(teacher), parameter_counts(student)
+    (_, teacher_non_embedding), (student_total, student_non_embedding) = parameter_counts(teacher), parameter_counts(student)
     metrics.update({
-        "student_params": s_counts["params"],
-        "student_non_embedding_params": s_counts["non_embedding_params"],
-        "non_embedding_ratio": s_counts["non_embedding_params"] / t_counts["non_embedding_params"],
+        "student_params": student_total,
+        "student_non_embedding_params": student_non_embedding,
+        "non_embedding_ratio": student_non_embedding / teacher_non_embedding,
         "tensors_copied_from_teacher": len(copied),
     })
     return student, metrics

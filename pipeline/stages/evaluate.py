@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         baseline = joblib.load(args.baseline)
         teacher, _, _ = load_model(args.teacher)
         student, _, _ = load_model(args.student)
-        int8 = load_int8(load_model(args.student)[0], args.int8)
+        int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified
         session = load_session(args.onnx, threads=cfg.threads)
         variants = [
             Variant("baseline", lambda texts: baseline.predict_proba(texts), args.baseline),
