@@ -19,7 +19,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 .PHONY: pipeline test install clean-venv
 
 pipeline: $(STAMP)
-	$(BIN)/minibert pipeline
+	$(BIN)/minibert pipeline $(if $(PROFILE),--profile $(PROFILE))
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)

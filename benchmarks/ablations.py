@@ -1,11 +1,17 @@
-"""Fine-tuning ablations: each technique on vs off, same seeds, same pretrained encoder.
+"""Ablations: each technique on vs off, same seeds, accuracy on the test split of record, one table.
 
-Runs the finetune stage's own functions (no DVC, no MLflow) on the task's prepared splits from
-the pretrained checkpoint the pipeline wrote, once per variant, and reports accuracy on the
-test split of record (SST-2: GLUE dev) and on validation in one table. Variants are overrides of
-params.yaml's ``finetune`` section. Writes benchmarks/results/ablations.json.
+Two blocks, each with its own reference row:
 
-    python benchmarks/ablations.py [--only baseline,llrd] [--epochs 1]
+* fine-tuning techniques (LLRD, gradual unfreezing, FGM, PGD, pooling, no pretraining): every
+  variant fine-tunes the same pretrained encoder (``--encoder``, default the pipeline's
+  ``models/pretrain``) with the profile's ``finetune`` section plus the variant's overrides;
+* architecture (pre- vs post-norm, position type): every variant pretrains its own encoder
+  for the same ``--arch-steps`` steps on the same sequences and seeds, then fine-tunes it with
+  the profile's settings.
+
+Runs the stages' own functions (no DVC, no MLflow). Writes benchmarks/results/ablations.json.
+
+    python benchmarks/ablations.py [--only finetune|arch|VARIANT,...] [--arch-steps 600] [-S finetune.epochs=1]
 """
 
 from __future__ import annotations
@@ -15,80 +21,152 @@ import dataclasses
 import json
 import os
 import platform
+import sys
 import time
 from datetime import date
 from pathlib import Path
 
 import torch
+from common import ROOT, TaskData, finetune_and_score, load_with_overrides
 
 from minibert.checkpoint import load_model
+from minibert.config import ModelConfig
+from minibert.heads import POOLING
+from minibert.layers import NORM_STYLES
+from minibert.positional import POSITIONS
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import NullTracker
-from pipeline.metrics import classification_metrics
-from pipeline.params import load_params
-from pipeline.stages.finetune import build, train_classifier, validation
-from pipeline.task import encode_train, load_split
+from minibert.trainer import RecordingTracker
+from pipeline.io import read_table
+from pipeline.params import FinetuneParams, Params
+from pipeline.stages import pretrain
+from pipeline.task import TASK_SPLITS
 
-ROOT = Path(__file__).resolve().parent.parent
-
-# name -> overrides of the finetune section (flat keys; "optim.lr" reaches into the optimizer)
-VARIANTS: dict[str, dict] = {
-    "baseline": {},
+# name -> overrides of the finetune section ("optim.lr" reaches into the optimizer)
+FINETUNE_VARIANTS: dict[str, dict] = {
+    "reference": {},
     "no_pretraining": {"from_pretrained": False},
     "llrd_0.8": {"llrd": 0.8},
     "gradual_unfreezing": {"unfreeze_every": 300},
     "fgm": {"adversarial": "fgm", "adv_epsilon": 1.0},
     "pgd": {"adversarial": "pgd", "adv_epsilon": 1.0, "pgd_alpha": 0.3, "pgd_steps": 3},
-    "mean_pooling": {"pooling": "mean"},
-    "max_pooling": {"pooling": "max"},
 }
 
 
+def finetune_variants(cfg: FinetuneParams, task: str) -> dict[str, dict]:
+    """FINETUNE_VARIANTS, one row per pooling other than the profile's, and the transfer phase flipped."""
+    variants = {**FINETUNE_VARIANTS, **{f"{p}_pooling": {"pooling": p} for p in POOLING if p != cfg.pooling}}
+    if cfg.transfer.task != "none":
+        variants["no_transfer"] = {"transfer.task": "none"}
+    else:
+        variants.update({f"transfer_{t}": {"transfer.task": t} for t in TASK_SPLITS if t != task})
+    return variants
+
+
+def arch_variants(model_cfg: ModelConfig) -> dict[str, dict]:
+    """name -> model overrides: the profile's architecture, the other norm style, the other positions."""
+    variants: dict[str, dict] = {"arch_reference": {}}
+    variants.update({f"{style}_norm": {"norm_style": style} for style in NORM_STYLES if style != model_cfg.norm_style})
+    variants.update({f"{pos}_positions": {"position": pos} for pos in POSITIONS if pos != model_cfg.position})
+    return variants
+
+
 def with_overrides(cfg, overrides: dict):
-    optim = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("optim.")}
-    plain = {k: v for k, v in overrides.items() if not k.startswith("optim.")}
-    return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, **optim) if optim else cfg.optim, **plain)
+    """Flat overrides of a dataclass; "optim.lr" / "transfer.task" reach into nested sections."""
+    nested: dict[str, dict] = {}
+    plain = {}
+    for key, value in overrides.items():
+        if "." in key:
+            section, _, leaf = key.partition(".")
+            nested.setdefault(section, {})[leaf] = value
+        else:
+            plain[key] = value
+    for section, values in nested.items():
+        plain[section] = dataclasses.replace(getattr(cfg, section), **values)
+    return dataclasses.replace(cfg, **plain)
+
+
+def finetune_block(params: Params, names: list[str], encoder: Path, tok, data: TaskData) -> list[dict]:
+    rows = []
+    variants = finetune_variants(params.finetune, params.task.name)
+    for name in names:
+        cfg = with_overrides(params.finetune, variants[name])
+        mlm, model_cfg, _ = load_model(encoder)
+        if model_cfg.vocab_size != tok.get_vocab_size():
+            raise SystemExit(f"error: {encoder} has vocabulary {model_cfg.vocab_size}, the tokenizer "
+                             f"{tok.get_vocab_size()}; pass the encoder pretrained with this tokenizer")
+        start = time.perf_counter()
+        scores = finetune_and_score(dataclasses.replace(params, finetune=cfg), model_cfg,
+                                    mlm.backbone if cfg.from_pretrained else None, data)
+        rows.append({"block": "finetune", "variant": name, "overrides": variants[name],
+                     **scores, "seconds": time.perf_counter() - start})
+        print(json.dumps(rows[-1], default=str), flush=True)
+    return rows
+
+
+def arch_block(params: Params, names: list[str], steps: int, tok, data: TaskData, corpus: list[str]) -> list[dict]:
+    rows = []
+    pre = dataclasses.replace(params.pretrain, max_steps=steps, time_budget_min=None)
+    reference = params.model_config(tok.get_vocab_size())
+    variants = arch_variants(reference)
+    for name in names:
+        model_cfg = dataclasses.replace(reference, **variants[name])
+        start = time.perf_counter()
+        mlm, pre_metrics = pretrain.run(pre, model_cfg, tok, corpus, RecordingTracker())
+        scores = finetune_and_score(params, model_cfg, mlm.backbone, data)
+        rows.append({"block": "arch", "variant": name, "overrides": variants[name],
+                     "mlm_accuracy": pre_metrics["mlm_accuracy"], "pretrain_seconds": pre_metrics["train_seconds"],
+                     **scores, "seconds": time.perf_counter() - start})
+        print(json.dumps(rows[-1], default=str), flush=True)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\n{'block':<10}{'variant':<22}{'test acc':>9}{'vs ref':>8}{'val acc':>9}{'MLM acc':>9}{'seconds':>9}")
+    for block in ("finetune", "arch"):
+        mine = [r for r in rows if r["block"] == block]
+        if not mine:
+            continue
+        ref = mine[0]["test_accuracy"]
+        for r in mine:
+            mlm = f"{100 * r['mlm_accuracy']:.1f}" if "mlm_accuracy" in r else "-"
+            print(f"{block:<10}{r['variant']:<22}{100 * r['test_accuracy']:>9.2f}{100 * (r['test_accuracy'] - ref):>+8.2f}"
+                  f"{100 * r['val_accuracy']:>9.2f}{mlm:>9}{r['seconds']:>9.0f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="comma-separated variant names")
-    parser.add_argument("--epochs", type=float)
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="section.key=value")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
+    parser.add_argument("--encoder", type=Path, default=ROOT / "models" / "pretrain" / "model.safetensors")
+    parser.add_argument("--only", default="finetune,arch", help="finetune, arch, or variant names, comma-separated")
+    parser.add_argument("--arch-steps", type=int, default=600, help="pretraining steps for each architecture variant")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ablations.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_params(ROOT / "params.yaml")
-    tok = load_tokenizer(ROOT / "models" / "tokenizer" / "tokenizer.json")
-    data = ROOT / "data" / "prepared"
-    base = params.finetune if args.epochs is None else dataclasses.replace(params.finetune, epochs=args.epochs)
-    task = params.task
-    train = encode_train(tok, load_split(data, task, "train"), task)
-    val = validation(tok, load_split(data, task, "val"), task)
-    test = validation(tok, load_split(data, task, "test"), task)
-    names = args.only.split(",") if args.only else list(VARIANTS)
-    rows = []
-    for name in names:
-        cfg = with_overrides(base, VARIANTS[name])
-        torch.manual_seed(cfg.seed)
-        mlm, model_cfg, _ = load_model(ROOT / "models" / "pretrain" / "model.safetensors")
-        if not cfg.from_pretrained:
-            model_cfg = params.model_config(tok.get_vocab_size())
-        model = build(cfg, model_cfg, mlm.backbone if cfg.from_pretrained else None)
-        start = time.perf_counter()
-        model, metrics = train_classifier(model, cfg, train, val, NullTracker(), name=name)
-        dev_metrics = classification_metrics(test[1], test[0](model))
-        rows.append({"variant": name, "overrides": VARIANTS[name], "dev_accuracy": dev_metrics["accuracy"],
-                     "dev_f1": dev_metrics["f1"], "val_accuracy": metrics["val_accuracy"],
-                     "seconds": time.perf_counter() - start, "steps": metrics["steps"]})
-        print(json.dumps(rows[-1]), flush=True)
-    ref = next((r for r in rows if r["variant"] == "baseline"), rows[0])
-    print(f"\n{'variant':<20}{'dev acc':>9}{'vs base':>9}{'val acc':>9}{'seconds':>9}")
-    for r in rows:
-        print(f"{r['variant']:<20}{100 * r['dev_accuracy']:>9.2f}{100 * (r['dev_accuracy'] - ref['dev_accuracy']):>+9.2f}"
-              f"{100 * r['val_accuracy']:>9.2f}{r['seconds']:>9.0f}")
-    out = ROOT / "benchmarks" / "results" / "ablations.json"
-    out.write_text(json.dumps({"date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-                               "finetune": dataclasses.asdict(base), "rows": rows}, indent=2, default=str) + "\n")
+    params = load_with_overrides(args.params, args.overrides)
+    tok = load_tokenizer(args.tokenizer)
+    wanted = args.only.split(",")
+    arch_names = list(arch_variants(params.model_config(tok.get_vocab_size())))
+    ft_names = list(finetune_variants(params.finetune, params.task.name))
+    ft = [n for n in ft_names if "finetune" in wanted or n in wanted]
+    arch = [n for n in arch_names if "arch" in wanted or n in wanted]
+    unknown = set(wanted) - {"finetune", "arch"} - set(ft_names) - set(arch_names)
+    if unknown:
+        raise SystemExit(f"error: unknown variant(s) {sorted(unknown)}; choose from {['finetune', 'arch', *ft_names, *arch_names]}")
+    data = TaskData(params, tok, args.data)
+    rows = finetune_block(params, ft, args.encoder, tok, data) if ft else []
+    if arch:
+        corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()
+        rows += arch_block(params, arch, args.arch_steps, tok, data, corpus)
+    print_table(rows)
+    args.out.write_text(json.dumps({
+        "date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads",
+        "command": "python benchmarks/ablations.py " + " ".join(sys.argv[1:]), "params": str(args.params),
+        "overrides": args.overrides, "arch_steps": args.arch_steps, "finetune": dataclasses.asdict(params.finetune),
+        "rows": rows}, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

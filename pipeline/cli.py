@@ -38,10 +38,30 @@ def cmd_fetch_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def use_profile(name: str, params_file: Path = Path("params.yaml")) -> None:
+    """Validate ``profiles/<name>.yaml`` (or a path) and make it params.yaml, atomically."""
+    from pipeline.io import atomic_path
+    from pipeline.params import load_params
+
+    source = Path(name) if name.endswith((".yaml", ".yml")) else Path("profiles") / f"{name}.yaml"
+    if not source.is_file():
+        known = sorted(p.stem for p in Path("profiles").glob("*.yaml"))
+        raise FileNotFoundError(f"profile {source} not found; known profiles: {known} (or pass a .yaml path)")
+    load_params(source)  # errors name the profile file and the key
+    text = source.read_text()
+    if params_file.is_file() and params_file.read_text() == text:
+        return
+    with atomic_path(params_file) as tmp:
+        tmp.write_text(text)
+    print(f"params.yaml <- {source} (git diff params.yaml shows the change; git checkout params.yaml restores the default)")
+
+
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pipeline.orchestration import fetch_data, run_pipeline
     from pipeline.params import load_params
 
+    if args.profile:
+        use_profile(args.profile)
     params = load_params()
     started = time.perf_counter()
     fetch_data(params.data)
@@ -76,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run = sub.add_parser("pipeline", help="fetch data, then dvc repro under one MLflow parent run")
     run.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
+    run.add_argument("--profile", help="make profiles/PROFILE.yaml (e.g. imdb, tiny) the params.yaml first")
     run.set_defaults(func=cmd_pipeline)
     flow = sub.add_parser("flow", help="the same pipeline as a Prefect flow: run it once, or serve it on a schedule")
     flow.add_argument("action", choices=["run", "serve"])

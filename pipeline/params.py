@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from minibert.config import ModelConfig
+from minibert.embedding_init import PPMIConfig
 from minibert.trainer import OptimConfig
 from minibert.validation import ConfigError, from_dict
 
@@ -46,6 +47,7 @@ class TaskParams:
     max_length: int = 64  # tokens a sequence or window, [CLS] and [SEP] included
     stride: int = 48  # window step for texts longer than max_length (consecutive windows overlap)
     aggregate: Literal["mean", "max", "first"] = "mean"  # window logits -> one prediction
+    truncation: Literal["head", "head_tail"] = "head"  # long training texts keep their head, or head + tail
 
     def __post_init__(self) -> None:
         if self.max_length < 3 or not 0 < self.stride <= self.max_length - 2:
@@ -75,6 +77,24 @@ class PretrainParams:
     compile: bool = False  # torch.compile the model (inductor; pays only for long runs, compiling takes a minute)
     log_every: int = 25
     eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
+    embedding_init: Literal["random", "ppmi_svd"] = "random"  # ppmi_svd: word vectors from corpus co-occurrences first
+    ppmi: PPMIConfig = field(default_factory=PPMIConfig)
+
+
+@dataclass(frozen=True)
+class TransferParams:
+    """Intermediate-task transfer (STILTs): train the classifier on another labelled task first."""
+
+    task: Literal["none", "sst2", "imdb"] = "none"  # none = off; never the profile's own task
+    epochs: float = 1.0
+    time_budget_min: float | None = None
+    max_length: int = 128  # tokens a training text / validation window
+    stride: int = 96  # validation window step
+    truncation: Literal["head", "head_tail"] = "head_tail"
+
+    def __post_init__(self) -> None:
+        if self.max_length < 3 or not 0 < self.stride <= self.max_length - 2:
+            raise ConfigError(f"transfer: need max_length >= 3 and 0 < stride <= max_length - 2; got {self}")
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,7 @@ class FinetuneParams:
     patience: int = 0  # validation passes without improvement before stopping early; 0 = off
     log_every: int = 25
     eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
+    transfer: TransferParams = field(default_factory=TransferParams)
 
 
 @dataclass(frozen=True)
@@ -191,6 +212,9 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
         for section, model in (("model", params.model), ("distill.student", params.distill.student)):
             if "vocab_size" in model:
                 raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
+        if params.finetune.transfer.task == params.task.name:
+            raise ConfigError(f"finetune.transfer.task: {params.task.name!r} is the profile's own task (task.name); "
+                              "choose another labelled task or 'none'")
         # The model sections are free-form dicts until a vocabulary is known: validate them now.
         params.model_config(vocab_size=30000)
         params.student_config(vocab_size=30000)

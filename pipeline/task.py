@@ -1,9 +1,10 @@
 """The classification task a profile trains and evaluates, and how its texts become model inputs.
 
 ``task.name`` picks the prepared splits (train / val / test of record); training sequences are
-truncated to ``task.max_length``; every prediction (validation, evaluation, export parity,
-serving) reads the whole text through sliding windows of ``task.max_length`` tokens every
-``task.stride`` tokens, their logits combined by ``task.aggregate``. SST-2 sentences fit one
+cut to ``task.max_length`` (the head, or head and tail: ``task.truncation``); every prediction
+(validation, evaluation, export parity, serving) reads the whole text through sliding windows
+of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combined by
+``task.aggregate``. SST-2 sentences fit one
 window; IMDb reviews take several.
 """
 
@@ -40,8 +41,8 @@ def load_split(data_dir: Path, task: TaskParams, split: str) -> pd.DataFrame:
 
 
 def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray]:
-    """Training sequences (truncated to task.max_length) and labels."""
-    return encode(tok, df["text"].tolist(), task.max_length), df["label"].to_numpy()
+    """Training sequences (cut to task.max_length as task.truncation says) and labels."""
+    return encode(tok, df["text"].tolist(), task.max_length, task.truncation), df["label"].to_numpy()
 
 
 def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:

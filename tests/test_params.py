@@ -9,7 +9,7 @@ from minibert.validation import ConfigError
 from pipeline.params import Params, flatten, load_params
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml"]
+PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml", ROOT / "profiles" / "imdb.yaml"]
 
 
 def write(tmp_path: Path, data: dict) -> Path:
@@ -102,3 +102,16 @@ def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
     for name, stage in stages.items():
         assert f"pipeline/stages/{name}.py" in stage["deps"], name
         assert f"python -m pipeline.stages.{name} " in stage["cmd"], name
+
+
+def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
+    raw = base()
+    raw["task"]["name"] = "imdb"
+    raw["finetune"]["transfer"]["task"] = "imdb"
+    with pytest.raises(ConfigError, match=r"finetune\.transfer\.task: 'imdb' is the profile's own task"):
+        load_params(write(tmp_path, raw))
+    raw["finetune"]["transfer"]["task"] = "sst2"
+    assert load_params(write(tmp_path, raw)).finetune.transfer.task == "sst2"
+    raw["finetune"]["transfer"]["stride"] = 500
+    with pytest.raises(ConfigError, match="transfer: need max_length >= 3 and 0 < stride"):
+        load_params(write(tmp_path, raw))

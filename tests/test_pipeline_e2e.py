@@ -90,6 +90,8 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     export = json.loads((dest / "metrics" / "export.json").read_text())
     assert max(export[f"max_abs_diff_b{b}"] for b in (1, 8, 32)) <= 1e-4
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
+    pretrain = json.loads((dest / "metrics" / "pretrain.json").read_text())
+    assert pretrain["ppmi_vocab"] > 32 and pretrain["ppmi_tokens"] > 0, "word vectors from co-occurrences first"
     report = json.loads((dest / "reports" / "data.json").read_text())
     assert report["rows"]["sst2_train"] == 300 and report["rows"]["sst2_dev"] == 120
     for stage in STAGES:
@@ -121,7 +123,10 @@ def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> Non
     lock = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
     pretrain_md5 = next(o["md5"] for o in lock["pretrain"]["outs"] if o["path"].endswith("model.safetensors"))
     assert by_stage["finetune"].data.tags["input_digest.models/pretrain/model.safetensors"] == f"md5:{pretrain_md5}"
-    assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"sst2_train", "sst2_val"}
+    assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"sst2_train", "sst2_val", "imdb_train", "imdb_val"}
+    finetune = json.loads((dest / "metrics" / "finetune.json").read_text())
+    assert 0.0 <= finetune["transfer_val_accuracy"] <= 1.0 and finetune["transfer_steps"] > 0, "IMDb transfer phase ran"
+    assert len(client.get_metric_history(by_stage["finetune"].info.run_id, "transfer_train_loss")) >= 1
     assert len(client.get_metric_history(by_stage["pretrain"].info.run_id, "train_loss")) >= 2
     assert by_stage["finetune"].data.params["finetune.optim.lr"] == "0.0001"
 
@@ -184,7 +189,7 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
 
 def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple[Path, str]) -> None:
     dest, _ = project
-    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb"], dest)
+    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
     assert {"finetune", "baseline", "evaluate", "register"} <= set(ran)

@@ -110,3 +110,20 @@ def test_non_string_text_is_refused() -> None:
 def test_config_rejects_a_vocabulary_smaller_than_the_specials() -> None:
     with pytest.raises(ConfigError, match="vocab_size: 4 must exceed"):
         TokenizerConfig(vocab_size=4)
+
+
+def test_head_tail_truncation_keeps_the_first_quarter_and_the_end(trained: Tokenizer) -> None:
+    from minibert.inference import encode, head_tail
+
+    assert head_tail(list(range(20)), 8) == [0, 1, 14, 15, 16, 17, 18, 19]
+    assert head_tail([1, 2, 3], 8) == [1, 2, 3]
+    text = " ".join(CORPUS[:3])
+    full = trained.encode(text, add_special_tokens=False).ids
+    cls_id, sep_id = trained.token_to_id("[CLS]"), trained.token_to_id("[SEP]")
+    head = encode(trained, [text], 18)[0]
+    both = encode(trained, [text], 18, truncation="head_tail")[0]
+    assert head == [cls_id, *full[:16], sep_id]
+    assert both == [cls_id, *full[:4], *full[-12:], sep_id]
+    assert encode(trained, ["short one"], 18, "head_tail") == encode(trained, ["short one"], 18)
+    with pytest.raises(ValueError, match="truncation must be one of"):
+        encode(trained, [text], 18, truncation="tail")

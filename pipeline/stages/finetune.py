@@ -5,12 +5,18 @@ every ``eval_every`` steps, and the best-scoring weights are the ones written (e
 by model selection on the validation split, never on GLUE dev). ``from_pretrained: false``
 trains the same classifier from random initialisation, the ablation that shows what
 pretraining buys.
+
+``transfer.task`` (intermediate-task transfer, as in STILTs) first trains the same classifier
+on another labelled task of the prepared data (IMDb reviews for SST-2), selected on that task's
+validation split, then fine-tunes it on the profile's task; its metrics carry a ``transfer_``
+prefix.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +35,9 @@ from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Hooks, LoopConfig, Tracker, fit
+from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
-from pipeline.params import FinetuneParams, Params, TaskParams, load_params
+from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
 from pipeline.stages.common import finish_stage
 from pipeline.task import document_logits, encode_documents, encode_train, load_split, split_path
@@ -116,6 +123,35 @@ def train_classifier(
     return model.eval(), metrics
 
 
+class PrefixedTracker:
+    """Passes metrics on to ``inner`` with ``prefix`` on every name."""
+
+    def __init__(self, inner: Tracker, prefix: str) -> None:
+        self.inner, self.prefix = inner, prefix
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.inner.log_metrics({f"{self.prefix}{k}": v for k, v in metrics.items()}, step)
+
+
+def transfer_task(cfg: TransferParams, task: TaskParams) -> TaskParams:
+    return TaskParams(name=cfg.task, max_length=cfg.max_length, stride=cfg.stride, aggregate=task.aggregate,
+                      truncation=cfg.truncation)
+
+
+def transfer_phase(
+    model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer, data_dir: Path, tracker: Tracker,
+) -> tuple[SequenceClassifier, dict]:
+    """Train on ``cfg.transfer.task`` first (no-op when "none"); metrics prefixed ``transfer_``."""
+    if cfg.transfer.task == "none":
+        return model, {}
+    other = transfer_task(cfg.transfer, task)
+    phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
+    train = encode_train(tok, load_split(data_dir, other, "train"), other)
+    model, metrics = train_classifier(model, phase, train, validation(tok, load_split(data_dir, other, "val"), other),
+                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})")
+    return model, {f"transfer_{k}": v for k, v in metrics.items()}
+
+
 def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | None) -> SequenceClassifier:
     head = ClassifierConfig(num_labels=2, pooling=cfg.pooling, dropout=cfg.dropout)
     return build_classifier(model_cfg, head, backbone=pretrained)
@@ -138,19 +174,26 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg, task = params.finetune, params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    with stage_run("finetune", params, ["model", "task", "finetune"], [train_path, val_path, args.tokenizer, args.pretrained]) as tracker:
+    transfer = [] if cfg.transfer.task == "none" else [
+        split_path(args.data, transfer_task(cfg.transfer, task), split) for split in ("train", "val")]
+    inputs = [train_path, val_path, *transfer, args.tokenizer, args.pretrained]
+    with stage_run("finetune", params, ["model", "task", "finetune"], inputs) as tracker:
         torch.manual_seed(cfg.seed)
         tok = load_tokenizer(args.tokenizer)
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         tracker.log_dataset(val_df, val_path.stem, val_path, context="validation")
+        for path, context in zip(transfer, ("transfer training", "transfer validation")):
+            tracker.log_dataset(read_table(path, ["text", "label"]), path.stem, path, context=context)
         if cfg.from_pretrained:
             mlm, model_cfg, _ = load_model(args.pretrained)
             backbone = mlm.backbone
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone)
+        model, transfer_metrics = transfer_phase(model, cfg, task, tok, args.data, tracker)
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker)
+        metrics.update(transfer_metrics)
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 

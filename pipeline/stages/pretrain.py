@@ -3,7 +3,8 @@
 Documents are tokenized, cut into [CLS] piece [SEP] sequences of at most ``max_length``
 tokens, batched by length with dynamic padding, and masked afresh each time a sequence is
 seen (80/10/10). The MLM head runs in sparse mode: vocabulary logits only at masked
-positions. A held-out slice of sequences, masked once with a fixed seed, gives the masked-token
+positions. With ``embedding_init: ppmi_svd`` the word embeddings (and so the tied decoder) start
+from PPMI + SVD vectors counted over the whole corpus (``minibert.embedding_init``). A held-out slice of sequences, masked once with a fixed seed, gives the masked-token
 accuracy and loss reported at the end. Only as many documents are encoded as ``max_steps``
 batches need.
 """
@@ -14,6 +15,7 @@ import argparse
 import hashlib
 import json
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from torch import Tensor
 from minibert.batching import EpochStream, pad_batch, sorted_batches
 from minibert.checkpoint import save_model
 from minibert.config import ModelConfig
+from minibert.embedding_init import ppmi_svd, set_token_embeddings
 from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
@@ -50,6 +53,17 @@ def build_sequences(tok: Tokenizer, texts: list[str], max_length: int, needed: i
         if len(sequences) >= needed:
             break
     return sequences
+
+
+def corpus_embeddings(tok: Tokenizer, texts: list[str], dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
+    """PPMI + SVD word vectors over every corpus document: (ids, vectors, metrics)."""
+    start = time.perf_counter()
+    tok.no_truncation()
+    tok.no_padding()
+    docs = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
+    ids, vectors = ppmi_svd(docs, tok.get_vocab_size(), dim, cfg.ppmi, seed=cfg.seed)
+    return ids, vectors, {"ppmi_seconds": time.perf_counter() - start, "ppmi_tokens": int(sum(len(d) for d in docs)),
+                          "ppmi_vocab": len(ids)}
 
 
 def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, gen: torch.Generator) -> tuple[Tensor, ...]:
@@ -103,6 +117,10 @@ def run(
     eval_batches = [masked_batch([held_out[i] for i in idx], cfg, model_cfg.vocab_size, eval_gen)
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
+    init_metrics: dict = {}
+    if cfg.embedding_init == "ppmi_svd":
+        ids, vectors, init_metrics = corpus_embeddings(tok, texts, model_cfg.hidden_size, cfg)
+        set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
@@ -127,6 +145,7 @@ def run(
         "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
         "final_train_loss": result.last_loss,
+        **init_metrics,
     }
     return model.eval(), metrics
 

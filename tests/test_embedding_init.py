@@ -1,0 +1,76 @@
+"""PPMI + SVD word vectors: exact counts, the PMI formula, and neighbours that share contexts."""
+
+import numpy as np
+import pytest
+import torch
+
+from minibert import ModelConfig, build_mlm
+from minibert.embedding_init import PPMIConfig, cooccurrences, ppmi, ppmi_svd, set_token_embeddings
+from minibert.validation import ConfigError
+
+
+def test_cooccurrences_are_symmetric_and_weighted_by_distance() -> None:
+    keep = np.array([-1, 0, 1, 2])  # id 0 is skipped
+    counts = cooccurrences([np.array([1, 2, 3, 0, 1])], keep, window=2)
+    expected = np.zeros((3, 3))
+    for i, j, w in [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 0.5)]:  # pairs (1,2) (2,3) at distance 1; (1,3) at 2
+        expected[i, j] += w
+        expected[j, i] += w
+    # (3, 1) at distance 2 across the skipped 0: weight 0.5 on (2, 0); (1, 1) at distance 4 is out of window
+    expected[2, 0] += 0.5
+    expected[0, 2] += 0.5
+    np.testing.assert_allclose(counts, expected)
+
+
+def test_ppmi_matches_the_formula() -> None:
+    counts = np.array([[0.0, 4.0, 1.0], [4.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
+    got = ppmi(counts, alpha=0.75)
+    ctx = counts.sum(0) ** 0.75
+    for w in range(3):
+        for c in range(3):
+            if counts[w, c] == 0:
+                assert got[w, c] == 0
+            else:
+                pmi = np.log(counts[w, c] / counts[w].sum() / (ctx[c] / ctx.sum()))
+                assert got[w, c] == pytest.approx(max(pmi, 0.0), rel=1e-5)
+
+
+def test_tokens_that_share_contexts_get_similar_vectors() -> None:
+    rng = np.random.default_rng(0)  # two "topics": ids 5..24 and 25..44 never share a document
+    docs = [rng.integers(lo, lo + 20, size=30) for lo in (5, 25) for _ in range(200)]
+    ids, vectors = ppmi_svd(docs, vocab_size=50, dim=8, cfg=PPMIConfig(max_tokens=100))
+    assert sorted(ids.tolist()) == list(range(5, 45)) and vectors.shape == (40, 8)
+    assert vectors.std().item() == pytest.approx(0.02, rel=1e-4)
+    unit = torch.nn.functional.normalize(vectors, dim=1)
+    sims = unit @ unit.T
+    topic = torch.as_tensor(ids >= 25)
+    same = topic[:, None] == topic[None, :]
+    off_diagonal = ~torch.eye(len(ids), dtype=torch.bool)
+    assert sims[same & off_diagonal].mean() > 0.5 > sims[~same].mean()
+
+
+def test_max_tokens_keeps_the_most_frequent_and_specials_are_untouched() -> None:
+    docs = [np.array([5] * 50 + [6] * 30 + list(range(7, 40)) + [2, 3])]
+    ids, _ = ppmi_svd(docs, vocab_size=40, dim=4, cfg=PPMIConfig(max_tokens=10))
+    assert ids[:2].tolist() == [5, 6] and len(ids) == 10 and (ids >= 5).all()
+    with pytest.raises(ValueError, match="need more than the 16 dimensions"):
+        ppmi_svd(docs, vocab_size=40, dim=16, cfg=PPMIConfig(max_tokens=10))
+    with pytest.raises(ConfigError, match="window >= 1"):
+        PPMIConfig(window=0)
+
+
+def test_set_token_embeddings_reaches_the_tied_decoder() -> None:
+    mlm = build_mlm(ModelConfig.preset("tiny", vocab_size=60, num_layers=1)).eval()
+    tokens = mlm.backbone.embeddings.tokens
+    ids, vectors = torch.tensor([7, 9]), torch.randn(2, tokens.embedding_dim)
+    before = tokens.weight[8].clone()
+    set_token_embeddings(tokens, ids, vectors)
+    assert torch.equal(tokens.weight[[7, 9]], vectors)
+    assert torch.equal(tokens.weight[8], before)
+    # the decoder reads the same matrix: logits of token 7 move with its new vector
+    ids_in = torch.tensor([[2, 7, 9, 3]])
+    positions = torch.tensor([[False, True, False, False]])
+    with torch.no_grad():
+        first = mlm(ids_in, None, masked_positions=positions)[0, 7]
+        set_token_embeddings(tokens, ids[:1], vectors[:1] * 3)
+        assert not torch.allclose(mlm(ids_in, None, masked_positions=positions)[0, 7], first)
