@@ -78,7 +78,7 @@ class MlflowTracker:
             warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer column")
             dataset = mlflow.data.from_pandas(df, source=str(Path(source).resolve()), name=name,
                                               targets=targets if targets in df.columns else None)
-        mlflow.log_input(dataset, context=context)
+            mlflow.log_input(dataset, context=context)  # the schema is inferred (and warned about) here
 
 
 def _launcher() -> str | None:
