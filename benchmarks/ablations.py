@@ -47,8 +47,8 @@ FINETUNE_VARIANTS: dict[str, dict] = {
     "no_pretraining": {"from_pretrained": False},
     "llrd_0.8": {"llrd": 0.8},
     "gradual_unfreezing": {"unfreeze_every": 300},
-    "fgm": {"adversarial": "fgm", "adv_epsilon": 1.0},
-    "pgd": {"adversarial": "pgd", "adv_epsilon": 1.0, "pgd_alpha": 0.3, "pgd_steps": 3},
+    "fgm": {"adversarial": "fgm"},  # epsilon, alpha, steps: the profile's finetune section
+    "pgd": {"adversarial": "pgd"},
 }
 
 

@@ -112,8 +112,8 @@ class FinetuneParams:
     llrd: float = 1.0  # layer-wise LR decay: layer l of L trains at lr * llrd^(L-1-l); 1.0 = off
     unfreeze_every: int = 0  # steps between thawing backbone layers top-down (ULMFiT); 0 = off
     adversarial: Literal["none", "fgm", "pgd"] = "none"  # perturbations of the word embeddings
-    adv_epsilon: float = 1.0  # FGM / PGD perturbation norm
-    pgd_alpha: float = 0.3  # PGD step size
+    adv_epsilon: float = 0.1  # FGM / PGD perturbation norm (embeddings start at std 0.02: 1.0 swamps them)
+    pgd_alpha: float = 0.03  # PGD step size
     pgd_steps: int = 3
     patience: int = 0  # validation passes without improvement before stopping early; 0 = off
     log_every: int = 25
