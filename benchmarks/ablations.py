@@ -23,11 +23,13 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import torch
-from common import ROOT, TaskData, finetune_and_score, load_with_overrides
+from common import ROOT, TaskData, add_params_args, finetune_and_score, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model
 from minibert.config import ModelConfig
@@ -41,7 +43,7 @@ from pipeline.params import FinetuneParams, Params
 from pipeline.stages import pretrain
 from pipeline.task import TASK_SPLITS
 
-# name -> overrides of the finetune section ("optim.lr" reaches into the optimizer)
+# name -> overrides of the finetune section ("optim.lr" reaches into the optimizer, "transfer.task" the transfer)
 FINETUNE_VARIANTS: dict[str, dict] = {
     "reference": {},
     "no_pretraining": {"from_pretrained": False},
@@ -70,48 +72,36 @@ def arch_variants(model_cfg: ModelConfig) -> dict[str, dict]:
     return variants
 
 
-def with_overrides(cfg, overrides: dict):
-    """Flat overrides of a dataclass; "optim.lr" / "transfer.task" reach into nested sections."""
-    nested: dict[str, dict] = {}
-    plain = {}
-    for key, value in overrides.items():
-        if "." in key:
-            section, _, leaf = key.partition(".")
-            nested.setdefault(section, {})[leaf] = value
-        else:
-            plain[key] = value
-    for section, values in nested.items():
-        plain[section] = dataclasses.replace(getattr(cfg, section), **values)
-    return dataclasses.replace(cfg, **plain)
+ParamsFor = Callable[[dict[str, Any]], Params]  # {"section.key": value} -> validated params with them
 
 
-def finetune_block(params: Params, names: list[str], encoder: Path, tok, data: TaskData) -> list[dict]:
+def finetune_block(params_for: ParamsFor, names: list[str], encoder: Path, tok, data: TaskData) -> list[dict]:
     rows = []
-    variants = finetune_variants(params.finetune, params.task.name)
+    reference = params_for({})
+    variants = finetune_variants(reference.finetune, reference.task.name)
     for name in names:
-        cfg = with_overrides(params.finetune, variants[name])
-        mlm, model_cfg, _ = load_model(encoder)
+        params = params_for({f"finetune.{key}": value for key, value in variants[name].items()})
+        mlm, model_cfg, _ = load_model(encoder)  # afresh: every variant starts from the same weights
         if model_cfg.vocab_size != tok.get_vocab_size():
             raise SystemExit(f"error: {encoder} has vocabulary {model_cfg.vocab_size}, the tokenizer "
                              f"{tok.get_vocab_size()}; pass the encoder pretrained with this tokenizer")
         start = time.perf_counter()
-        scores = finetune_and_score(dataclasses.replace(params, finetune=cfg), model_cfg,
-                                    mlm.backbone if cfg.from_pretrained else None, data)
+        scores = finetune_and_score(params, model_cfg, mlm.backbone if params.finetune.from_pretrained else None, data)
         rows.append({"block": "finetune", "variant": name, "overrides": variants[name],
                      **scores, "seconds": time.perf_counter() - start})
         print(json.dumps(rows[-1], default=str), flush=True)
     return rows
 
 
-def arch_block(params: Params, names: list[str], steps: int, tok, data: TaskData, corpus: list[str]) -> list[dict]:
+def arch_block(params_for: ParamsFor, names: list[str], steps: int, tok, data: TaskData, corpus: list[str]) -> list[dict]:
     rows = []
-    pre = dataclasses.replace(params.pretrain, max_steps=steps, time_budget_min=None)
-    reference = params.model_config(tok.get_vocab_size())
-    variants = arch_variants(reference)
+    variants = arch_variants(params_for({}).model_config(tok.get_vocab_size()))
     for name in names:
-        model_cfg = dataclasses.replace(reference, **variants[name])
+        params = params_for({"pretrain.max_steps": steps, "pretrain.time_budget_min": None,
+                             **{f"model.{key}": value for key, value in variants[name].items()}})
+        model_cfg = params.model_config(tok.get_vocab_size())
         start = time.perf_counter()
-        mlm, pre_metrics = pretrain.run(pre, model_cfg, tok, corpus, RecordingTracker())
+        mlm, pre_metrics = pretrain.run(params.pretrain, model_cfg, tok, corpus, RecordingTracker())
         scores = finetune_and_score(params, model_cfg, mlm.backbone, data)
         rows.append({"block": "arch", "variant": name, "overrides": variants[name],
                      "mlm_accuracy": pre_metrics["mlm_accuracy"], "pretrain_seconds": pre_metrics["train_seconds"],
@@ -135,18 +125,19 @@ def print_table(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    parser.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="section.key=value")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
-    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
+    add_params_args(parser)
     parser.add_argument("--encoder", type=Path, default=ROOT / "models" / "pretrain" / "model.safetensors")
     parser.add_argument("--only", default="finetune,arch", help="finetune, arch, or variant names, comma-separated")
     parser.add_argument("--arch-steps", type=int, default=600, help="pretraining steps for each architecture variant")
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ablations.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, args.overrides)
+    base = parse_overrides(args.overrides)
+
+    def params_for(variant: dict[str, Any]) -> Params:
+        return load_with_overrides(args.params, {**base, **variant})
+
+    params = params_for({})
     tok = load_tokenizer(args.tokenizer)
     wanted = args.only.split(",")
     arch_names = list(arch_variants(params.model_config(tok.get_vocab_size())))
@@ -157,10 +148,10 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"error: unknown variant(s) {sorted(unknown)}; choose from {['finetune', 'arch', *ft_names, *arch_names]}")
     data = TaskData(params, tok, args.data)
-    rows = finetune_block(params, ft, args.encoder, tok, data) if ft else []
+    rows = finetune_block(params_for, ft, args.encoder, tok, data) if ft else []
     if arch:
         corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()
-        rows += arch_block(params, arch, args.arch_steps, tok, data, corpus)
+        rows += arch_block(params_for, arch, args.arch_steps, tok, data, corpus)
     print_table(rows)
     args.out.write_text(json.dumps({
         "date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -16,29 +18,41 @@ from minibert.model import Backbone
 from minibert.trainer import RecordingTracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
-from pipeline.stages.finetune import build, train_classifier, transfer_phase, validation
+from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
 from pipeline.task import encode_train, load_split
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """DVC's ``-S section.key=value`` (value parsed as YAML) into a nested params dict."""
-    for item in overrides:
+def add_params_args(parser: argparse.ArgumentParser) -> None:
+    """The options every quality benchmark takes: params file, -S overrides, data, tokenizer, threads."""
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="section.key=value")
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
+    parser.add_argument("--threads", type=int, default=2)
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """DVC's ``-S section.key=value`` strings as {"section.key": value parsed as YAML}."""
+    out: dict[str, Any] = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"error: override {item!r} needs the form section.key=value")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def load_with_overrides(path: Path, overrides: dict[str, Any]) -> Params:
+    """The params file with {"section.key": value} overrides, validated by the one params reader."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    for key, value in overrides.items():
         node = raw
         *parents, leaf = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[leaf] = yaml.safe_load(value)
-    return raw
-
-
-def load_with_overrides(path: Path, overrides: list[str]) -> Params:
-    """The params file with overrides, validated by the one params reader."""
-    raw = apply_overrides(yaml.safe_load(path.read_text()) or {}, overrides)
+        node[leaf] = value
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(raw, f)
     try:
@@ -63,7 +77,8 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     torch.manual_seed(params.finetune.seed)
     model = build(params.finetune, model_cfg, backbone)
     tracker = RecordingTracker()
-    model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, data.dir, tracker)
+    splits = transfer_splits(params.finetune, params.task, data.dir)
+    model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, splits, tracker)
     model, metrics = train_classifier(model, params.finetune, data.train, data.val, tracker)
     metrics.update(transfer)
     start = time.perf_counter()

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from common import ROOT, TaskData, finetune_and_score, load_with_overrides
+from common import ROOT, TaskData, add_params_args, finetune_and_score, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model, save_model
 from minibert.tokenizer import load_tokenizer
@@ -31,19 +31,15 @@ from pipeline.stages import pretrain
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
-    parser.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="section.key=value")
-    parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
-    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
+    add_params_args(parser)
     parser.add_argument("--scratch", action="store_true", help="also fine-tune from random initialisation")
     parser.add_argument("--no-pretrain", action="store_true", help="only the from-scratch fine-tuning")
     parser.add_argument("--save", type=Path, help="write the pretrained encoder here (safetensors)")
     parser.add_argument("--encoder", type=Path, help="fine-tune this saved encoder instead of pretraining one")
     parser.add_argument("--tag", default="")
-    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, args.overrides)
+    params = load_with_overrides(args.params, parse_overrides(args.overrides))
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
     record: dict = {"tag": args.tag, "when": datetime.now(UTC).isoformat(timespec="seconds"),

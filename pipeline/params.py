@@ -41,6 +41,12 @@ class PrepareParams:
     min_chars: int = 2  # texts shorter than this after normalisation are dropped
 
 
+def check_window(section: str, cfg: Any) -> None:
+    """Sliding windows need room for [CLS] x [SEP] and a step no longer than a window's body."""
+    if cfg.max_length < 3 or not 0 < cfg.stride <= cfg.max_length - 2:
+        raise ConfigError(f"{section}: need max_length >= 3 and 0 < stride <= max_length - 2; got {cfg}")
+
+
 @dataclass(frozen=True)
 class TaskParams:
     name: Literal["sst2", "imdb"] = "sst2"  # sst2: GLUE dev is the test of record; imdb: the test split
@@ -50,8 +56,7 @@ class TaskParams:
     truncation: Literal["head", "head_tail"] = "head"  # long training texts keep their head, or head + tail
 
     def __post_init__(self) -> None:
-        if self.max_length < 3 or not 0 < self.stride <= self.max_length - 2:
-            raise ConfigError(f"task: need max_length >= 3 and 0 < stride <= max_length - 2; got {self}")
+        check_window("task", self)
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,7 @@ class TransferParams:
     truncation: Literal["head", "head_tail"] = "head_tail"
 
     def __post_init__(self) -> None:
-        if self.max_length < 3 or not 0 < self.stride <= self.max_length - 2:
-            raise ConfigError(f"transfer: need max_length >= 3 and 0 < stride <= max_length - 2; got {self}")
+        check_window("transfer", self)
 
 
 @dataclass(frozen=True)

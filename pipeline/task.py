@@ -4,8 +4,7 @@
 cut to ``task.max_length`` (the head, or head and tail: ``task.truncation``); every prediction
 (validation, evaluation, export parity, serving) reads the whole text through sliding windows
 of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combined by
-``task.aggregate``. SST-2 sentences fit one
-window; IMDb reviews take several.
+``task.aggregate``. SST-2 sentences fit one window; IMDb reviews take several.
 """
 
 from __future__ import annotations

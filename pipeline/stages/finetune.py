@@ -35,7 +35,6 @@ from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Hooks, LoopConfig, Tracker, fit
-from pipeline.io import read_table
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
@@ -138,16 +137,25 @@ def transfer_task(cfg: TransferParams, task: TaskParams) -> TaskParams:
                       truncation=cfg.truncation)
 
 
-def transfer_phase(
-    model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer, data_dir: Path, tracker: Tracker,
-) -> tuple[SequenceClassifier, dict]:
-    """Train on ``cfg.transfer.task`` first (no-op when "none"); metrics prefixed ``transfer_``."""
+def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
+    """(path, table) of the transfer task's train and val splits, read once; [] when transfer is off."""
     if cfg.transfer.task == "none":
+        return []
+    other = transfer_task(cfg.transfer, task)
+    return [(split_path(data_dir, other, split), load_split(data_dir, other, split)) for split in ("train", "val")]
+
+
+def transfer_phase(
+    model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer,
+    splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker,
+) -> tuple[SequenceClassifier, dict]:
+    """Train on the transfer task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``."""
+    if not splits:
         return model, {}
     other = transfer_task(cfg.transfer, task)
     phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
-    train = encode_train(tok, load_split(data_dir, other, "train"), other)
-    model, metrics = train_classifier(model, phase, train, validation(tok, load_split(data_dir, other, "val"), other),
+    (_, train_df), (_, val_df) = splits
+    model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other),
                                       PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})")
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
@@ -174,24 +182,23 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg, task = params.finetune, params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    transfer = [] if cfg.transfer.task == "none" else [
-        split_path(args.data, transfer_task(cfg.transfer, task), split) for split in ("train", "val")]
-    inputs = [train_path, val_path, *transfer, args.tokenizer, args.pretrained]
+    transfer = transfer_splits(cfg, task, args.data)
+    inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
     with stage_run("finetune", params, ["model", "task", "finetune"], inputs) as tracker:
         torch.manual_seed(cfg.seed)
         tok = load_tokenizer(args.tokenizer)
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         tracker.log_dataset(val_df, val_path.stem, val_path, context="validation")
-        for path, context in zip(transfer, ("transfer training", "transfer validation")):
-            tracker.log_dataset(read_table(path, ["text", "label"]), path.stem, path, context=context)
+        for (path, df), context in zip(transfer, ("transfer training", "transfer validation")):
+            tracker.log_dataset(df, path.stem, path, context=context)
         if cfg.from_pretrained:
             mlm, model_cfg, _ = load_model(args.pretrained)
             backbone = mlm.backbone
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone)
-        model, transfer_metrics = transfer_phase(model, cfg, task, tok, args.data, tracker)
+        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker)
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker)
         metrics.update(transfer_metrics)
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))

@@ -4,9 +4,10 @@ Documents are tokenized, cut into [CLS] piece [SEP] sequences of at most ``max_l
 tokens, batched by length with dynamic padding, and masked afresh each time a sequence is
 seen (80/10/10). The MLM head runs in sparse mode: vocabulary logits only at masked
 positions. With ``embedding_init: ppmi_svd`` the word embeddings (and so the tied decoder) start
-from PPMI + SVD vectors counted over the whole corpus (``minibert.embedding_init``). A held-out slice of sequences, masked once with a fixed seed, gives the masked-token
-accuracy and loss reported at the end. Only as many documents are encoded as ``max_steps``
-batches need.
+from PPMI + SVD vectors counted over the whole corpus (``minibert.embedding_init``), which is
+then encoded once for both; otherwise only as many documents are encoded as ``max_steps``
+batches need. A held-out slice of sequences, masked once with a fixed seed, gives the
+masked-token accuracy and loss reported at the end.
 """
 
 from __future__ import annotations
@@ -38,30 +39,36 @@ from pipeline.params import Params, PretrainParams, flatten, load_params
 from pipeline.progress import progress_bar
 from pipeline.provenance import data_digests
 from pipeline.stages.common import finish_stage
+from pipeline.task import encode_documents
 from pipeline.tracking import project_root, stage_run
 
 
-def build_sequences(tok: Tokenizer, texts: list[str], max_length: int, needed: int, seed: int) -> list[list[int]]:
-    """Encode shuffled documents until ``needed`` sequences exist (or the corpus runs out)."""
+def build_sequences(
+    tok: Tokenizer, texts: list[str], max_length: int, needed: int, seed: int, encoded: list[list[int]] | None = None,
+) -> list[list[int]]:
+    """Encode shuffled documents until ``needed`` sequences exist (or the corpus runs out).
+
+    ``encoded``: every document's ids already (no specials), when the caller has them.
+    """
     order = np.random.default_rng(seed).permutation(len(texts))
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     sequences: list[list[int]] = []
     for start in range(0, len(order), 2048):
-        chunk = [texts[i] for i in order[start : start + 2048]]
-        for enc in tok.encode_batch(chunk, add_special_tokens=False):
-            sequences.extend(chunk_document(enc.ids, max_length, cls_id, sep_id))
+        index = order[start : start + 2048]
+        docs = ([encoded[i] for i in index] if encoded is not None
+                else [e.ids for e in tok.encode_batch([texts[i] for i in index], add_special_tokens=False)])
+        for ids in docs:
+            sequences.extend(chunk_document(ids, max_length, cls_id, sep_id))
         if len(sequences) >= needed:
             break
     return sequences
 
 
-def corpus_embeddings(tok: Tokenizer, texts: list[str], dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
-    """PPMI + SVD word vectors over every corpus document: (ids, vectors, metrics)."""
+def corpus_embeddings(encoded: list[list[int]], vocab_size: int, dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
+    """PPMI + SVD word vectors over every encoded corpus document: (ids, vectors, metrics)."""
     start = time.perf_counter()
-    tok.no_truncation()
-    tok.no_padding()
-    docs = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
-    ids, vectors = ppmi_svd(docs, tok.get_vocab_size(), dim, cfg.ppmi, seed=cfg.seed)
+    docs = [np.asarray(ids, dtype=np.int64) for ids in encoded]
+    ids, vectors = ppmi_svd(docs, vocab_size, dim, cfg.ppmi, seed=cfg.seed)
     return ids, vectors, {"ppmi_seconds": time.perf_counter() - start, "ppmi_tokens": int(sum(len(d) for d in docs)),
                           "ppmi_vocab": len(ids)}
 
@@ -109,7 +116,8 @@ def run(
     if cfg.max_length > model_cfg.max_positions:
         raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
     needed = cfg.max_steps * cfg.batch_size * cfg.accumulate + cfg.eval_rows
-    sequences = build_sequences(tok, texts, cfg.max_length, needed, cfg.seed)
+    encoded = encode_documents(tok, texts) if cfg.embedding_init == "ppmi_svd" else None  # all of it, once
+    sequences = build_sequences(tok, texts, cfg.max_length, needed, cfg.seed, encoded)
     if len(sequences) <= cfg.eval_rows:
         raise ValueError(f"corpus gives {len(sequences)} sequences; need more than pretrain.eval_rows={cfg.eval_rows}")
     held_out, train = sequences[: cfg.eval_rows], sequences[cfg.eval_rows :]
@@ -118,8 +126,8 @@ def run(
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
     init_metrics: dict = {}
-    if cfg.embedding_init == "ppmi_svd":
-        ids, vectors, init_metrics = corpus_embeddings(tok, texts, model_cfg.hidden_size, cfg)
+    if encoded is not None:
+        ids, vectors, init_metrics = corpus_embeddings(encoded, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
         set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
