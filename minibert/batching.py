@@ -40,15 +40,21 @@ def sorted_batches(lengths: Sequence[int] | np.ndarray, batch_size: int) -> list
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Right-pad to the longest sequence: ids (B, T) int64 and attention mask (B, T) int64."""
-    longest = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad to the longest sequence: ids (B, T) int64 and attention mask (B, T) int64, numpy."""
+    longest = max((len(s) for s in sequences), default=0)
+    ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), longest), dtype=np.int64)
     for row, seq in enumerate(sequences):
-        ids[row, : len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+        ids[row, : len(seq)] = seq
         mask[row, : len(seq)] = 1
     return ids, mask
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """``pad_ids`` as torch tensors (sharing memory): ids (B, T) int64 and attention mask (B, T) int64."""
+    ids, mask = pad_ids(sequences, pad_id)
+    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
 class EpochStream:

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from minibert.files import atomic_output
 from minibert.model import SequenceClassifier
+from minibert.ort_fusion import fused_attention as fuse_attention
 
 if TYPE_CHECKING:  # for annotations only; never imported at run time here
     import onnxruntime
@@ -119,30 +120,65 @@ def _torchscript_export(model: nn.Module, args: tuple[Tensor, ...], path: Path, 
 
 
 def export_onnx(
-    model: SequenceClassifier, path: str | os.PathLike[str], opset: int = 18, with_token_types: bool = False
+    model: SequenceClassifier,
+    path: str | os.PathLike[str],
+    opset: int = 18,
+    with_token_types: bool = False,
+    fused_attention: bool = False,
 ) -> Path:
     """Export ``model`` to one self-contained ONNX file at ``path`` and return that path.
 
     Graph inputs: ``input_ids`` and ``attention_mask`` (B, T) int64, plus ``token_type_ids``
     (B, T) int64 when ``with_token_types``; output ``logits`` (B, L) float32. B and T are
     symbolic (``batch``, ``sequence``). Exported in eval mode; the model's mode is restored.
-    The file passes ``onnx.checker.check_model`` before it replaces anything at ``path``.
+    ``fused_attention``: each attention block becomes one ONNX Runtime ``Attention`` node
+    (``minibert.ort_fusion``; the file then runs in ONNX Runtime only). The file passes
+    ``onnx.checker.check_model`` before it replaces anything at ``path``.
     """
     onnx = import_onnx()
     args = example_inputs(model, with_token_types)
     with atomic_output(path) as tmp, eval_mode(model), torch.no_grad():
-        _torchscript_export(model, args, tmp, opset)
+        with fuse_attention(model) if fused_attention else nullcontext():
+            _torchscript_export(model, args, tmp, opset)
         onnx.checker.check_model(str(tmp))
     return Path(path)
 
 
+# device -> ONNX Runtime execution providers, in preference order (CPU always last, as fallback).
+DEVICES: dict[str, tuple[str, ...]] = {
+    "cpu": ("CPUExecutionProvider",),
+    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
+    "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+    "auto": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+}
+
+
+def execution_providers(device: str, available: Iterable[str]) -> list[str]:
+    """The providers to ask ONNX Runtime for on ``device`` (a key of ``DEVICES``), given those it has.
+
+    ``auto`` takes whatever is present, TensorRT before CUDA before CPU; a named accelerator that
+    this onnxruntime build lacks is an error (install onnxruntime-gpu), never a silent CPU run.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device: {device!r} is not one of {sorted(DEVICES)}")
+    available = set(available)
+    wanted = [p for p in DEVICES[device] if p in available or p == "CPUExecutionProvider"]
+    if device not in ("cpu", "auto") and DEVICES[device][0] not in available:
+        raise ValueError(
+            f"device {device!r} needs {DEVICES[device][0]}, which this onnxruntime lacks "
+            f"(it has {sorted(available)}); install onnxruntime-gpu or use device 'cpu' or 'auto'"
+        )
+    return wanted
+
+
 def load_session(
-    path: str | os.PathLike[str], threads: int = 0, optimization: str = "all"
+    path: str | os.PathLike[str], threads: int = 0, optimization: str = "all", device: str = "cpu"
 ) -> onnxruntime.InferenceSession:
-    """An ONNX Runtime CPU session for ``path``.
+    """An ONNX Runtime session for ``path``.
 
     threads: intra-op threads; 0 lets ONNX Runtime choose (one per physical core).
     optimization: a key of ``OPTIMIZATION_LEVELS`` (none, basic, extended, all).
+    device: a key of ``DEVICES`` (cpu, cuda, tensorrt, auto); see ``execution_providers``.
     """
     if optimization not in OPTIMIZATION_LEVELS:
         raise ValueError(f"optimization: {optimization!r} is not one of {sorted(OPTIMIZATION_LEVELS)}")
@@ -151,10 +187,11 @@ def load_session(
     if not Path(path).is_file():
         raise FileNotFoundError(f"no ONNX model at {path}; create one with minibert.export.export_onnx")
     ort = import_onnxruntime()
+    providers = execution_providers(device, ort.get_available_providers())
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), sess_options=options, providers=providers)
 
 
 def _int64(x: Tensor | np.ndarray) -> np.ndarray:
@@ -189,6 +226,11 @@ def onnx_logits(
     elif "token_type_ids" in declared:
         feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
     return session.run([OUTPUT_NAME], {k: v for k, v in feed.items() if k in declared})[0]
+
+
+def session_callable(session: onnxruntime.InferenceSession) -> Callable[[Tensor, Tensor], Tensor]:
+    """A session behind the torch classifier's (input_ids, attention_mask) -> logits signature."""
+    return lambda ids, mask: torch.from_numpy(onnx_logits(session, ids, mask))
 
 
 def parity(

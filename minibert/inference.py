@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from minibert.batching import pad_batch, sorted_batches
 from minibert.tokenizer import CLS, SEP
+from minibert.windows import aggregate_windows, document_windows
 
 
 def head_tail(ids: Sequence[int], body: int) -> list[int]:
@@ -78,37 +79,6 @@ def chunk_document(ids: Sequence[int], max_length: int, cls_id: int, sep_id: int
     return [[cls_id, *ids[i : i + body], sep_id] for i in range(0, len(ids), body)] if ids else []
 
 
-def sliding_windows(ids: Sequence[int], max_length: int, stride: int, cls_id: int, sep_id: int) -> list[list[int]]:
-    """[CLS] window [SEP] sequences covering a long document's ids (no specials).
-
-    Windows hold ``max_length - 2`` tokens and start every ``stride`` tokens (stride <= window:
-    consecutive windows overlap by window - stride); the last window ends at the document's end.
-    """
-    body = max_length - 2
-    if not 0 < stride <= body:
-        raise ValueError(f"stride must be in 1..{body} (max_length - 2), got {stride}")
-    if len(ids) <= body:
-        return [[cls_id, *ids, sep_id]]
-    starts = list(range(0, len(ids) - body, stride)) + [len(ids) - body]
-    return [[cls_id, *ids[s : s + body], sep_id] for s in starts]
-
-
-def _mean(logits: np.ndarray) -> np.ndarray:
-    return logits.mean(axis=0)
-
-
-def _max(logits: np.ndarray) -> np.ndarray:
-    return logits.max(axis=0)
-
-
-def _first(logits: np.ndarray) -> np.ndarray:
-    return logits[0]
-
-
-# How a document's window logits (W, L) become one row (L,).
-AGGREGATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": _mean, "max": _max, "first": _first}
-
-
 def predict_documents(
     model: nn.Module | Callable[[Tensor, Tensor], Tensor],
     documents: Sequence[Sequence[int]],
@@ -120,12 +90,5 @@ def predict_documents(
     sep_id: int,
 ) -> np.ndarray:
     """(N, L) logits for N documents of any length: sliding windows, batched, then aggregated."""
-    combine = AGGREGATIONS[aggregate]
-    windows, owner = [], []
-    for doc, ids in enumerate(documents):
-        for window in sliding_windows(ids, max_length, stride, cls_id, sep_id):
-            windows.append(window)
-            owner.append(doc)
-    logits = predict_logits(model, windows, batch_size)
-    owner_arr = np.asarray(owner)
-    return np.stack([combine(logits[owner_arr == doc]) for doc in range(len(documents))])
+    windows, counts = document_windows(documents, max_length, stride, cls_id, sep_id)
+    return aggregate_windows(predict_logits(model, windows, batch_size), counts, aggregate)

@@ -32,3 +32,17 @@ def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temp
     )
     hard = F.cross_entropy(student_logits.float(), labels)
     return alpha * temperature**2 * soft + (1.0 - alpha) * hard
+
+
+def hidden_mse(student: Tensor, teacher: Tensor, mask: Tensor) -> Tensor:
+    """Mean squared error between (B, T, C) hidden states over the real tokens of bool ``mask`` (B, T)."""
+    squared = (student.float() - teacher.float()).square().mean(dim=-1)  # (B, T)
+    return (squared * mask).sum() / mask.sum().clamp(min=1)
+
+
+def attention_kl(student: Tensor, teacher: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """KL(teacher || student) of head-averaged attention rows, (B, H, T, T) each (head counts may
+    differ), averaged over the real query positions of bool ``mask`` (B, T)."""
+    s, t = student.float().mean(dim=1), teacher.float().mean(dim=1)  # (B, T, T)
+    kl = (t * ((t + eps).log() - (s + eps).log())).sum(dim=-1)  # (B, T)
+    return (kl * mask).sum() / mask.sum().clamp(min=1)

@@ -14,7 +14,9 @@ Departures:
    dict and rebuilt by quantising a fresh fp32 skeleton (``load_int8``), since packed int8
    weights cannot be loaded into an fp32 module.
 3. The ONNX Runtime path skips ``quant_pre_process`` (shape inference + optimisation before
-   quantising); the TorchScript-exported graph quantises without it.
+   quantising): graph fusion is ``minibert.ort_fusion``'s job, done before this step. ONNX's
+   shape inference cannot type the outputs of ORT's contrib operators (``Attention``,
+   ``SkipLayerNormalization``), so float32 is declared as the default tensor type.
 4. Files are written atomically (``minibert.export.atomic_output``); onnxruntime is imported
    lazily.
 """
@@ -33,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from minibert.export import import_onnxruntime
+from minibert.export import import_onnx, import_onnxruntime
 from minibert.files import atomic_output
 
 # torch 2.13's notices on torch.ao.quantization and quantized tensors, matched by message start.
@@ -124,9 +126,11 @@ def quantize_onnx_int8(
     import_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    float32 = import_onnx().TensorProto.FLOAT
     with atomic_output(dst) as tmp, _without_preprocess_advice():
         quantize_dynamic(
-            str(src), str(tmp), per_channel=per_channel, reduce_range=reduce_range, weight_type=QuantType.QInt8
+            str(src), str(tmp), per_channel=per_channel, reduce_range=reduce_range, weight_type=QuantType.QInt8,
+            extra_options={"DefaultTensorType": float32},
         )
     return Path(dst)
 

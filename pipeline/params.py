@@ -140,30 +140,58 @@ class DistillParams:
     student: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
     temperature: float = 2.0
     alpha: float = 0.5  # weight of the soft (teacher) term; 1 - alpha on the labels
+    hidden_weight: float = 0.0  # TinyBERT hidden-state MSE through a learned projection (0 = off)
+    attention_weight: float = 0.0  # head-averaged attention KL (0 = off)
     batch_size: int = 32
     epochs: float = 2.0
     time_budget_min: float | None = None
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-4, warmup_ratio=0.1))
     log_every: int = 25
 
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ConfigError(f"distill.temperature: {self.temperature} must be > 0")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ConfigError(f"distill.alpha: {self.alpha} is out of range; expected [0, 1]")
+        for key in ("hidden_weight", "attention_weight"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"distill.{key}: {getattr(self, key)} must be >= 0 (0 = off)")
+
 
 @dataclass(frozen=True)
 class QuantizeParams:
-    dtype: Literal["qint8"] = "qint8"  # torch dynamic quantisation of the Linear layers
+    dtype: Literal["qint8"] = "qint8"  # dynamic int8: torch's Linear layers and ORT's MatMul / Attention
+    reduce_range: bool = False  # 7-bit weights: ORT's advice for CPUs without VNNI (benchmarks/compression.py)
+    per_channel: bool = False  # one scale per output channel instead of per tensor
 
 
 @dataclass(frozen=True)
 class ExportParams:
-    opset: int = 18
+    opset: int = 18  # 17..20 (the TorchScript exporter's range with LayerNormalization)
     parity_atol: float = 1e-4  # max |logit difference| ONNX vs torch on SST-2 dev before export fails
     threads: int = 2
+    ort_optimizer: bool = False  # ORT's transformer optimiser (SkipLayerNorm, BiasGelu) over the fused graph
+
+    def __post_init__(self) -> None:
+        if not 17 <= self.opset <= 20:
+            raise ConfigError(f"export.opset: {self.opset} is out of range; expected 17..20")
+        if self.parity_atol <= 0:
+            raise ConfigError(f"export.parity_atol: {self.parity_atol} must be > 0")
+        if self.threads < 0:
+            raise ConfigError(f"export.threads: {self.threads} must be >= 0 (0 lets ONNX Runtime choose)")
 
 
 @dataclass(frozen=True)
 class EvaluateParams:
     batch_size: int = 32
-    threads: int = 2
+    threads: int = 2  # for accuracy and throughput
     latency_rows: int = 64  # dev rows timed one at a time for p50/p95 batch-1 latency
+    latency_threads: int = 1  # for batch-1 latency
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "threads", "latency_rows", "latency_threads"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"evaluate.{key}: {getattr(self, key)} must be >= 1")
 
 
 @dataclass(frozen=True)

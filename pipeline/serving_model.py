@@ -3,7 +3,7 @@
 MLflow copies this file into the logged model, so it imports only what the serving
 environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch. It reads
 texts of any length as the evaluate stage does: sliding windows of ``max_length`` tokens every
-``stride`` tokens (the rule of ``minibert.inference.sliding_windows``; tests/test_serving.py
+``stride`` tokens (the rule of ``minibert.windows.sliding_windows``; tests/test_serving.py
 checks the two agree), window logits combined by ``aggregate`` (mean, max or first).
 Input: a DataFrame with a ``text`` column (or a list of strings). Output: a DataFrame with
 ``label`` (0 negative, 1 positive) and ``probability`` (of the predicted label) per row.

@@ -115,3 +115,16 @@ def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None
     raw["finetune"]["transfer"]["stride"] = 500
     with pytest.raises(ConfigError, match="transfer: need max_length >= 3 and 0 < stride"):
         load_params(write(tmp_path, raw))
+
+
+@pytest.mark.parametrize("section, key, value, message", [
+    ("export", "opset", 13, r"export\.opset: 13 is out of range; expected 17\.\.20"),
+    ("distill", "hidden_weight", -1.0, r"distill\.hidden_weight: -1\.0 must be >= 0"),
+    ("distill", "alpha", 1.5, r"distill\.alpha: 1\.5 is out of range; expected \[0, 1\]"),
+    ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
+])
+def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str, value: object, message: str) -> None:
+    raw = base()
+    raw[section][key] = value
+    with pytest.raises(ConfigError, match=rf"params\.yaml: {message}"):
+        load_params(write(tmp_path, raw))

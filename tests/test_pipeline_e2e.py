@@ -13,12 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "distill", "quantize", "export", "evaluate", "register"]
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "teacher_logits", "distill", "export", "quantize",
+          "evaluate", "register"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,12 +86,18 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
             path = out if isinstance(out, str) else next(iter(out))
             assert (dest / path).exists(), f"{name} did not write {path}"
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
-    assert sorted(evaluation) == ["baseline", "student", "student_int8", "student_onnx", "teacher"]
+    assert sorted(evaluation) == ["baseline", "student", "student_int8", "student_onnx", "student_onnx_int8", "teacher"]
     for row in evaluation.values():
         assert 0.0 <= row["accuracy"] <= 1.0 and row["size_mb"] > 0 and row["p50_ms"] > 0 and row["throughput_per_s"] > 0
     export = json.loads((dest / "metrics" / "export.json").read_text())
-    assert max(export[f"max_abs_diff_b{b}"] for b in (1, 8, 32)) <= 1e-4
+    assert max(export[f"{graph}max_abs_diff_b{b}"] for b in (1, 8, 32) for graph in ("", "fused_")) <= 1e-4
+    assert export["fused_Attention_nodes"] == 1 and export["fused_SkipLayerNormalization_nodes"] >= 1, "fused graph"
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
+    quantize = json.loads((dest / "metrics" / "quantize.json").read_text())
+    assert quantize["onnx_int8_mb"] < quantize["onnx_fp32_mb"]
+    assert (dest / "plots" / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    logits = np.load(dest / "models" / "teacher_logits" / "train.npz")
+    assert logits["logits"].shape == (len(logits["labels"]), 2) and len(logits["labels"]) >= 250
     pretrain = json.loads((dest / "metrics" / "pretrain.json").read_text())
     assert pretrain["ppmi_vocab"] > 32 and pretrain["ppmi_tokens"] > 0, "word vectors from co-occurrences first"
     report = json.loads((dest / "reports" / "data.json").read_text())
@@ -172,7 +180,7 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
     dest, _ = project
     out = sh(["dvc", "exp", "run", "-S", "finetune.optim.lr=0.0003"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
-    assert ran == ["finetune", "distill", "quantize", "export", "evaluate", "register"]
+    assert ran == ["finetune", "teacher_logits", "distill", "export", "quantize", "evaluate", "register"]
     diff = sh(["dvc", "params", "diff", "--json"], dest).stdout
     change = json.loads(diff)["params.yaml"]["finetune.optim.lr"]
     assert (change["old"], change["new"]) == (0.0001, 0.0003)
@@ -196,7 +204,7 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
     export = json.loads((dest / "metrics" / "export.json").read_text())
-    assert max(export[f"max_abs_diff_b{b}"] for b in (1, 8, 32)) <= 1e-4
+    assert max(export[f"{graph}max_abs_diff_b{b}"] for b in (1, 8, 32) for graph in ("", "fused_")) <= 1e-4
     mlflow, client = client_for(dest)
     evaluate_runs = client.search_runs([client.get_experiment_by_name("minibert-tiny").experiment_id],
                                        filter_string="tags.`minibert.stage` = 'evaluate'", order_by=["attributes.start_time DESC"])

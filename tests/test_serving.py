@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier
-from minibert.export import export_onnx, load_session
-from minibert.inference import sliding_windows
+from minibert.export import export_onnx, load_session, session_callable
 from minibert.tokenizer import TokenizerConfig, save_tokenizer, train_wordpiece
+from minibert.windows import sliding_windows
 from pipeline.params import TaskParams
-from pipeline.stages.evaluate import onnx_callable
 from pipeline.task import text_logits
 
 pytest.importorskip("mlflow")
@@ -50,10 +49,18 @@ def test_window_rule_matches_the_library() -> None:
 
 def test_served_logits_equal_the_evaluate_stage_on_long_texts(served) -> None:
     pyfunc, model, tok, task, onnx_path, texts = served
-    expected = text_logits(onnx_callable(load_session(onnx_path, threads=1)), tok, task, batch_size=8)(texts)
+    expected = text_logits(session_callable(load_session(onnx_path, threads=1)), tok, task, batch_size=8)(texts)
     np.testing.assert_allclose(pyfunc.logits(texts), expected, atol=1e-5)
     torch_logits = text_logits(model, tok, task, batch_size=8)(texts)
     np.testing.assert_allclose(pyfunc.logits(texts), torch_logits, atol=1e-4)
+
+
+def test_served_logits_equal_the_library_runtime(served) -> None:
+    from minibert.runtime import RuntimeConfig, TextClassifier
+
+    pyfunc, _, tok, _, onnx_path, texts = served
+    runtime = TextClassifier(tok, load_session(onnx_path, threads=1), RuntimeConfig(max_length=16, stride=6, batch_size=8))
+    np.testing.assert_allclose(pyfunc.logits(texts), runtime.logits(texts), atol=1e-5)
 
 
 def test_predict_returns_labels_and_probabilities(served) -> None:

@@ -1,9 +1,12 @@
 """distill: train a smaller student on the teacher's soft targets (Hinton et al. 2015 KD loss).
 
-The teacher's logits on the training split are computed once; the student (a minibert of
-``distill.student`` shape) starts from evenly spaced teacher layers when widths match
-(DistilBERT-style) and is trained on alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE,
-with the same batching, schedule and best-on-validation selection as fine-tuning.
+The teacher's logits on the training split come from the ``teacher_logits`` stage (computed
+once). The student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden)
+starts from the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the
+same width, projected embeddings when narrower) and is trained on
+alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE, plus TinyBERT-style hidden-state and
+attention terms when ``hidden_weight`` / ``attention_weight`` are above 0, with the same
+batching, schedule and best-on-validation selection as fine-tuning.
 """
 
 from __future__ import annotations
@@ -17,27 +20,26 @@ from torch import Tensor
 
 from minibert.checkpoint import load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
-from minibert.distill import init_student_from_teacher
-from minibert.inference import predict_logits
-from minibert.losses import kd_loss
+from minibert.distill import Distiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import Tracker
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
+from pipeline.stages.teacher_logits import load_logits
 from pipeline.task import encode_train, load_split, split_path
 from pipeline.tracking import stage_run
 
 
 def run(
     cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig,
-    train: tuple[list[list[int]], np.ndarray], val: Validation, tracker: Tracker,
+    train: tuple[list[list[int]], np.ndarray], teacher_logits: np.ndarray, val: Validation, tracker: Tracker,
 ) -> tuple[SequenceClassifier, dict]:
     torch.manual_seed(cfg.seed)
-    teacher_logits = predict_logits(teacher, train[0], batch_size=128)  # (N, L), computed once
     student = build_classifier(student_cfg, head_cfg)
     copied = init_student_from_teacher(student, teacher)
+    distiller = Distiller(student, teacher, cfg.hidden_weight, cfg.attention_weight)
 
     # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
     loop_cfg = FinetuneParams(
@@ -46,24 +48,24 @@ def run(
         eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
     )
     targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits], axis=1)
-    student, metrics = train_classifier(
-        student, loop_cfg, (train[0], targets), val, tracker, name="distill",
+    distiller, metrics = train_classifier(
+        distiller, loop_cfg, (train[0], targets), val, tracker, name="distill",
         step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha),
     )
+    student = distiller.student.eval()
     (_, teacher_non_embedding), (student_total, student_non_embedding) = parameter_counts(teacher), parameter_counts(student)
     metrics.update({
         "student_params": student_total,
         "student_non_embedding_params": student_non_embedding,
         "non_embedding_ratio": student_non_embedding / teacher_non_embedding,
-        "tensors_copied_from_teacher": len(copied),
+        "tensors_from_teacher": len(copied),
     })
     return student, metrics
 
 
-def kd_step(model: SequenceClassifier, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, int]:
+def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, int]:
     ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
-    labels, teacher = targets[:, 0].long(), targets[:, 1:]
-    return kd_loss(model(ids, mask), teacher, labels, temperature, alpha), int(mask.sum())
+    return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), int(mask.sum())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,20 +73,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
+    parser.add_argument("--teacher-logits", type=Path, default=Path("models/teacher_logits/train.npz"))
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    with stage_run("distill", params, ["task", "distill"], [train_path, val_path, args.tokenizer, args.teacher]) as tracker:
+    inputs = [train_path, val_path, args.tokenizer, args.teacher, args.teacher_logits]
+    with stage_run("distill", params, ["task", "distill"], inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         teacher, _, head_cfg = load_model(args.teacher)
         student_cfg = params.student_config(tok.get_vocab_size())
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, encode_train(tok, train_df, task),
-                               validation(tok, val_df, task), tracker)
+        train = encode_train(tok, train_df, task)
+        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, train,
+                               load_logits(args.teacher_logits, train[1]), validation(tok, val_df, task), tracker)
         save_model(student, student_cfg, args.out, head_cfg)
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 

@@ -1,28 +1,64 @@
-"""export: the distilled student to ONNX, verified against torch on the whole test split.
+"""export: the distilled student to ONNX, twice, each verified against torch on the whole test split.
 
-Dynamic batch and sequence axes; parity is checked on every sliding window of the task's test
-split of record (all of SST-2 dev by default), in padded, length-sorted batches at batch sizes
-1, 8 and 32. The stage fails (and writes no model) when the largest logit
-difference exceeds ``export.parity_atol`` or any argmax disagrees.
+``student.onnx`` is the portable graph (standard operators, any ONNX runtime);
+``student_fused.onnx`` is the same model for ONNX Runtime, attention exported as fused
+``Attention`` nodes (``minibert.ort_fusion``) and, with ``export.ort_optimizer``, ORT's
+transformer optimiser run over it (SkipLayerNorm, BiasGelu). It is the graph ``quantize`` turns
+into int8. Both have dynamic batch and sequence axes. Parity is checked on every sliding
+window of the task's test split of record (all of SST-2 dev by default), in padded,
+length-sorted batches at batch sizes 1, 8 and 32 (so at every length the split has). The
+stage fails, and writes no model, when the largest logit difference exceeds
+``export.parity_atol`` or any argmax disagrees.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import load_model
 from minibert.export import export_onnx, load_session, parity
-from minibert.inference import sliding_windows
+from minibert.model import SequenceClassifier
+from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
 from minibert.tokenizer import CLS, SEP, load_tokenizer
+from minibert.windows import sliding_windows
 from pipeline.io import StageError
-from pipeline.params import Params, load_params
+from pipeline.params import ExportParams, Params, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.task import encode_documents, load_split, split_path
 from pipeline.tracking import stage_run
 
 PARITY_BATCH_SIZES = (1, 8, 32)
+
+
+def check_parity(student: SequenceClassifier, path: Path, sequences: list[list[int]], cfg: ExportParams,
+                 prefix: str) -> dict[str, float]:
+    """Per-batch-size parity metrics for the ONNX file at ``path``; raises StageError past the limits."""
+    session = load_session(path, threads=cfg.threads)
+    metrics: dict[str, float] = {}
+    for size in PARITY_BATCH_SIZES:
+        batches = [pad_batch([sequences[i] for i in idx], 0) for idx in sorted_batches([len(s) for s in sequences], size)]
+        result = parity(student, session, batches)
+        metrics[f"{prefix}max_abs_diff_b{size}"] = result["max_abs_diff"]
+        metrics[f"{prefix}argmax_agreement_b{size}"] = result["argmax_agreement"]
+        if result["max_abs_diff"] > cfg.parity_atol or result["argmax_agreement"] < 1.0:
+            raise StageError(f"{path.name} vs torch at batch {size}: max |diff| {result['max_abs_diff']:.2e} "
+                             f"(limit {cfg.parity_atol:.0e}), argmax agreement {result['argmax_agreement']:.4f}")
+    return metrics
+
+
+def verified_export(out: Path, write: Callable[[Path], None], check: Callable[[Path], dict[str, float]]) -> dict[str, float]:
+    """Write a candidate beside ``out``, check it, and only then move it into place."""
+    candidate = out.with_name(f".candidate.{out.name}")
+    try:
+        write(candidate)
+        metrics = check(candidate)
+        candidate.replace(out)
+    finally:
+        candidate.unlink(missing_ok=True)
+    return metrics
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,36 +67,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--student", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--out", type=Path, default=Path("models/export/student.onnx"))
+    parser.add_argument("--fused-out", type=Path, default=Path("models/export/student_fused.onnx"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/export.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.export
-    task = params.task
+    cfg, task = params.export, params.task
     test_path = split_path(args.data, task, "test")
     with stage_run("export", params, ["task", "export"], [args.student, test_path, args.tokenizer]) as tracker:
-        student, _, _ = load_model(args.student)
+        student, model_cfg, _ = load_model(args.student)
         tok = load_tokenizer(args.tokenizer)
         documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
         sequences = [w for doc in documents
                      for w in sliding_windows(doc, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))]
-        candidate = args.out.with_name(f".candidate.{args.out.name}")
-        export_onnx(student, candidate, opset=cfg.opset)
-        try:
-            session = load_session(candidate, threads=cfg.threads)
-            metrics: dict[str, float] = {"opset": cfg.opset}
-            for size in PARITY_BATCH_SIZES:
-                batches = [pad_batch([sequences[i] for i in idx], 0) for idx in sorted_batches([len(s) for s in sequences], size)]
-                result = parity(student, session, batches)
-                metrics[f"max_abs_diff_b{size}"] = result["max_abs_diff"]
-                metrics[f"argmax_agreement_b{size}"] = result["argmax_agreement"]
-                if result["max_abs_diff"] > cfg.parity_atol or result["argmax_agreement"] < 1.0:
-                    raise StageError(f"ONNX vs torch at batch {size}: max |diff| {result['max_abs_diff']:.2e} "
-                                      f"(limit {cfg.parity_atol:.0e}), argmax agreement {result['argmax_agreement']:.4f}")
-            candidate.replace(args.out)
-        finally:
-            candidate.unlink(missing_ok=True)
+        metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(sequences)}
+
+        metrics |= verified_export(args.out, lambda p: export_onnx(student, p, opset=cfg.opset),
+                                   lambda p: check_parity(student, p, sequences, cfg, ""))
+
+        def write_fused(path: Path) -> None:
+            # rotary positions act inside attention, which the fused kernel cannot express
+            export_onnx(student, path, opset=cfg.opset, fused_attention=model_cfg.position != "rotary")
+            if cfg.ort_optimizer:
+                optimize_for_ort(path, path, model_cfg.num_heads, model_cfg.hidden_size)
+
+        metrics |= verified_export(args.fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_"))
+        counts = fused_operator_counts(args.fused_out)
+        metrics |= {f"fused_{op}_nodes": counts.get(op, 0) for op in ("Attention", "SkipLayerNormalization", "BiasGelu")}
         metrics["size_mb"] = args.out.stat().st_size / 1e6
-        finish_stage(tracker, metrics, args.metrics, {args.out: "onnx"})
+        metrics["fused_size_mb"] = args.fused_out.stat().st_size / 1e6
+        finish_stage(tracker, metrics, args.metrics, {args.out: "onnx", args.fused_out: "onnx"})
 
 
 if __name__ == "__main__":

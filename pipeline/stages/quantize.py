@@ -1,8 +1,10 @@
-"""quantize: dynamic int8 quantization of the distilled student (torch, Linear layers).
+"""quantize: dynamic int8 versions of the distilled student, in torch and in ONNX Runtime.
 
-Simplest real form: ``torch.ao`` dynamic quantization (weights int8, activations quantized on
-the fly). Reports the size change and the validation accuracy kept, so a quantization that
-hurts shows up here before evaluate.
+``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
+``student_int8.onnx``: ONNX Runtime dynamic quantization of the fused graph from ``export``
+(MatMul and Attention weights to int8, ``quantize.reduce_range`` / ``per_channel`` as set); the
+deployed chain. Reports sizes and validation accuracy of each against its fp32 source, so a
+quantization that hurts shows up here before evaluate.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import argparse
 from pathlib import Path
 
 from minibert.checkpoint import load_model
-from minibert.quantize import model_size_bytes, quantize_dynamic_int8, save_int8
+from minibert.export import load_session, session_callable
+from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
@@ -26,26 +29,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--student", type=Path, default=Path("models/distill/model.safetensors"))
+    parser.add_argument("--fused", type=Path, default=Path("models/export/student_fused.onnx"))
     parser.add_argument("--out", type=Path, default=Path("models/quantize/student_int8.pt"))
+    parser.add_argument("--onnx-out", type=Path, default=Path("models/quantize/student_int8.onnx"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/quantize.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
+    cfg = params.quantize
     val_path = split_path(args.data, params.task, "val")
-    with stage_run("quantize", params, ["task", "quantize"], [args.student, val_path, args.tokenizer]) as tracker:
+    inputs = [args.student, args.fused, val_path, args.tokenizer]
+    with stage_run("quantize", params, ["task", "quantize", "export"], inputs) as tracker:
         student, _, _ = load_model(args.student)
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
+        quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel)
         val_logits, labels = validation(load_tokenizer(args.tokenizer), load_split(args.data, params.task, "val"), params.task)
-        fp32_acc = classification_metrics(labels, val_logits(student))["accuracy"]
-        int8_acc = classification_metrics(labels, val_logits(int8))["accuracy"]
+        threads = params.export.threads
+        accuracy = {
+            name: classification_metrics(labels, val_logits(model))["accuracy"]
+            for name, model in (
+                ("fp32", student), ("int8", int8),
+                ("onnx_fp32", session_callable(load_session(args.fused, threads=threads))),
+                ("onnx_int8", session_callable(load_session(args.onnx_out, threads=threads))),
+            )
+        }
         metrics = {
             "fp32_mb": model_size_bytes(student) / 1e6,
             "int8_mb": model_size_bytes(int8) / 1e6,
-            "val_accuracy_fp32": fp32_acc,
-            "val_accuracy_int8": int8_acc,
-            "val_accuracy_delta": int8_acc - fp32_acc,
+            "onnx_fp32_mb": args.fused.stat().st_size / 1e6,
+            "onnx_int8_mb": args.onnx_out.stat().st_size / 1e6,
+            **{f"val_accuracy_{name}": value for name, value in accuracy.items()},
+            "val_accuracy_delta": accuracy["int8"] - accuracy["fp32"],
+            "val_accuracy_delta_onnx": accuracy["onnx_int8"] - accuracy["onnx_fp32"],
         }
-        finish_stage(tracker, metrics, args.metrics)
+        finish_stage(tracker, metrics, args.metrics, {args.onnx_out: "onnx"})
 
 
 if __name__ == "__main__":

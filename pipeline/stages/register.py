@@ -1,6 +1,7 @@
 """register: log the deployable model to the MLflow model registry and set its aliases.
 
-The deployable model is the distilled student exported to ONNX, with its tokenizer, as an
+The deployable model is the distilled student exported to ONNX with fused attention and int8
+weights (the deployed chain, ``student_onnx_int8`` in evaluate), with its tokenizer, as an
 MLflow pyfunc (``pipeline/serving_model.py``): raw text in, label and probability out. Each
 run registers a new version with alias ``challenger``; the first version ever also becomes
 ``champion`` (promotion of later challengers is a separate, gated step). The version carries
@@ -28,6 +29,7 @@ from pipeline.tracking import (
 )
 
 SERVING_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "pandas")
+DEPLOYED = "student_onnx_int8"  # the evaluate variant this stage registers
 SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
 
 
@@ -38,7 +40,7 @@ def pip_requirements() -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--onnx", type=Path, default=Path("models/export/student.onnx"))
+    parser.add_argument("--onnx", type=Path, default=Path("models/quantize/student_int8.onnx"))
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--evaluation", type=Path, default=Path("metrics/evaluate.json"))
     parser.add_argument("--out", type=Path, default=Path("models/registry.json"))
@@ -46,9 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg = params.register
     evaluation = read_json(args.evaluation)
-    deployed = evaluation.get("student_onnx")
+    deployed = evaluation.get(DEPLOYED)
     if deployed is None:
-        raise DataError(f"{args.evaluation}: no 'student_onnx' entry; rerun `dvc repro evaluate`")
+        raise DataError(f"{args.evaluation}: no {DEPLOYED!r} entry; rerun `dvc repro evaluate`")
     if deployed["accuracy"] < cfg.min_accuracy:
         raise DataError(
             f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"

@@ -1,0 +1,120 @@
+"""The inference runtime: raw text -> tokenizer -> ONNX Runtime session -> labels and probabilities.
+
+Reference: ONNX Runtime's Python API (``InferenceSession``) and the sliding-window reading of
+long texts in ``minibert.windows``. The runtime holds one tokenizer and one session and does the
+rest in numpy: texts are tokenized in one batched call, cut into windows, the windows run in
+length-sorted batches (each padded only to its own longest window), and each text's window logits
+are combined into one row. No torch on the hot path.
+
+``RuntimeConfig.device`` picks the execution provider (``minibert.export.DEVICES``): ``cpu`` by
+default; ``cuda`` / ``tensorrt`` when this onnxruntime build has them; ``auto`` takes the best one
+present. ``threads`` and ``optimization`` set the session's intra-op threads and graph level.
+
+Shape legend: N texts, W windows, T window length, L labels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from minibert.batching import pad_ids, sorted_batches
+from minibert.export import DEVICES, OPTIMIZATION_LEVELS, OUTPUT_NAME, load_session
+from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
+from minibert.validation import ConfigError, check_choice, check_types
+from minibert.windows import AGGREGATIONS, aggregate_windows, document_windows
+
+if TYPE_CHECKING:  # annotations only
+    import onnxruntime
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How texts are read and how the session runs."""
+
+    max_length: int = 64  # tokens a window, [CLS] and [SEP] included
+    stride: int = 48  # window step for longer texts
+    aggregate: str = "mean"  # mean | max | first: window logits -> one row
+    batch_size: int = 32  # windows a session call
+    threads: int = 0  # intra-op threads; 0 lets ONNX Runtime choose
+    optimization: str = "all"  # key of minibert.export.OPTIMIZATION_LEVELS
+    device: str = "cpu"  # key of minibert.export.DEVICES
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.max_length < 3:
+            raise ConfigError(f"max_length: {self.max_length} must be >= 3 to hold [CLS] x [SEP]")
+        if not 0 < self.stride <= self.max_length - 2:
+            raise ConfigError(f"stride: {self.stride} must be in 1..{self.max_length - 2} (max_length - 2)")
+        if self.batch_size < 1 or self.threads < 0:
+            raise ConfigError(f"batch_size must be >= 1 and threads >= 0, got {self.batch_size}, {self.threads}")
+        check_choice(self.aggregate, AGGREGATIONS, "aggregate")
+        check_choice(self.optimization, OPTIMIZATION_LEVELS, "optimization")
+        check_choice(self.device, DEVICES, "device")
+
+
+@dataclass(frozen=True)
+class Predictions:
+    labels: np.ndarray  # (N,) int64, argmax of the probabilities
+    probabilities: np.ndarray  # (N, L) float32, each row sums to 1
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (N, L) logits, stable for large values."""
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+class TextClassifier:
+    """A tokenizer and an ONNX classifier session behind ``predict(texts)``."""
+
+    def __init__(self, tokenizer: Tokenizer, session: onnxruntime.InferenceSession, cfg: RuntimeConfig) -> None:
+        self.tokenizer, self.session, self.cfg = tokenizer, session, cfg
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        self.cls_id, self.sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+        self.pad_id = tokenizer.token_to_id(PAD)
+        if None in (self.cls_id, self.sep_id, self.pad_id):
+            raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
+        self.input_names = {i.name for i in session.get_inputs()}
+        self.num_labels = int(session.get_outputs()[0].shape[-1])
+
+    @classmethod
+    def from_files(
+        cls, tokenizer_path: str | os.PathLike[str], onnx_path: str | os.PathLike[str], cfg: RuntimeConfig | None = None
+    ) -> TextClassifier:
+        """Load ``tokenizer.json`` and an exported classifier (fp32, fused or int8 alike)."""
+        cfg = cfg or RuntimeConfig()
+        session = load_session(Path(onnx_path), threads=cfg.threads, optimization=cfg.optimization, device=cfg.device)
+        return cls(load_tokenizer(tokenizer_path), session, cfg)
+
+    def window_logits(self, windows: Sequence[Sequence[int]]) -> np.ndarray:
+        """(W, L) logits of encoded windows, in input order."""
+        out = np.empty((len(windows), self.num_labels), dtype=np.float32)
+        for index in sorted_batches([len(w) for w in windows], self.cfg.batch_size):
+            ids, mask = pad_ids([windows[i] for i in index], self.pad_id)
+            feed = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in self.input_names:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            out[index] = self.session.run([OUTPUT_NAME], feed)[0]
+        return out
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, L) logits, one row a text of any length (windows combined by ``cfg.aggregate``)."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings, not one string; wrap it in a list")
+        encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        windows, counts = document_windows([e.ids for e in encoded], self.cfg.max_length, self.cfg.stride,
+                                           self.cls_id, self.sep_id)
+        return aggregate_windows(self.window_logits(windows), counts, self.cfg.aggregate)
+
+    def predict(self, texts: Sequence[str]) -> Predictions:
+        """Labels and probabilities for each text; an empty list gives empty arrays."""
+        probabilities = softmax(self.logits(texts)).astype(np.float32)
+        return Predictions(labels=probabilities.argmax(axis=1).astype(np.int64), probabilities=probabilities)

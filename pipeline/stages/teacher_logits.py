@@ -1,0 +1,75 @@
+"""teacher_logits: the fine-tuned teacher's logits on the distillation training set, computed once.
+
+A stage of its own so that changing the student, the temperature or any other ``distill``
+param reruns only the student's training, never the teacher's forward passes. Rows follow the
+task's training split as ``encode_train`` cuts it; the labels ride along so ``distill`` can
+check the file still matches the split it reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minibert.checkpoint import load_model
+from minibert.inference import predict_logits
+from minibert.tokenizer import load_tokenizer
+from pipeline.io import DataError, atomic_path
+from pipeline.metrics import classification_metrics
+from pipeline.params import Params, load_params
+from pipeline.stages.common import finish_stage
+from pipeline.task import encode_train, load_split, split_path
+from pipeline.tracking import stage_run
+
+
+def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:  # a handle: np.savez would append .npz to a bare name
+            np.savez(handle, logits=logits.astype(np.float32), labels=labels.astype(np.int64))
+
+
+def load_logits(path: Path, labels: np.ndarray) -> np.ndarray:
+    """(N, L) teacher logits from ``path``, checked against the ``labels`` of the split in use."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run `dvc repro teacher_logits` first")
+    try:
+        with np.load(path) as data:
+            logits, stored = data["logits"], data["labels"]
+    except (OSError, ValueError, KeyError) as err:
+        raise DataError(f"{path}: not a teacher-logits file ({err}); delete it and rerun `dvc repro teacher_logits`") from err
+    if logits.ndim != 2 or len(logits) != len(labels) or not np.array_equal(stored, labels):
+        raise DataError(f"{path}: {len(logits)} rows do not match the {len(labels)} training rows in use "
+                        f"(stale after a data or task change); rerun `dvc repro teacher_logits`")
+    return logits
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("data/prepared"))
+    parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
+    parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
+    parser.add_argument("--out", type=Path, default=Path("models/teacher_logits/train.npz"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/teacher_logits.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+    task = params.task
+    train_path = split_path(args.data, task, "train")
+    with stage_run("teacher_logits", params, ["task"], [train_path, args.tokenizer, args.teacher]) as tracker:
+        teacher, _, _ = load_model(args.teacher)
+        sequences, labels = encode_train(load_tokenizer(args.tokenizer), load_split(args.data, task, "train"), task)
+        start = time.perf_counter()
+        logits = predict_logits(teacher.eval(), sequences, batch_size=128)  # (N, L)
+        seconds = time.perf_counter() - start
+        save_logits(args.out, logits, labels)
+        metrics = {"rows": len(labels), "seconds": seconds,
+                   "teacher_train_accuracy": classification_metrics(labels, logits)["accuracy"]}
+        finish_stage(tracker, metrics, args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)
