@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,19 +34,21 @@ from datetime import date
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
 import torch
 
 from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import load_model
-from minibert.export import export_onnx, load_session, parity, session_callable
+from minibert.export import export_onnx, load_session, parity
 from minibert.model import parameter_counts
 from minibert.ort_fusion import optimize_for_ort
 from minibert.quantize import load_int8, quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import CLS, SEP, load_tokenizer
-from minibert.windows import sliding_windows
-from pipeline.metrics import classification_metrics, percentiles_ms
+from minibert.windows import document_windows
+from pipeline.metrics import classification_metrics
 from pipeline.params import load_params
+from pipeline.stages.evaluate import single_text_latency
 from pipeline.task import encode_documents, load_split, text_logits
 
 Texts = Callable[[list[str]], np.ndarray]  # raw texts -> (N, L) logits
@@ -95,8 +99,7 @@ def main() -> None:
     test = load_split(root / "data/prepared", task, "test")
     texts, labels = test["text"].tolist(), test["label"].to_numpy()
     documents = encode_documents(tok, texts)
-    windows = [w for d in documents for w in sliding_windows(d, task.max_length, task.stride, tok.token_to_id(CLS),
-                                                               tok.token_to_id(SEP))]
+    windows, _ = document_windows(documents, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
     batches = [pad_batch([windows[i] for i in idx], 0) for idx in sorted_batches([len(w) for w in windows], 32)]
 
     teacher, _, _ = load_model(root / "models/finetune/model.safetensors")
@@ -147,18 +150,10 @@ def main() -> None:
     with torch.inference_mode():
         for _ in range(args.rounds):
             for v in variants:
-                e2e[v.name] = time_best(lambda: v.texts(texts), e2e[v.name])
-                model_only[v.name] = time_best(lambda: [v.windows(i, m) for i, m in batches], model_only[v.name])
+                e2e[v.name] = time_best(lambda v=v: v.texts(texts), e2e[v.name])
+                model_only[v.name] = time_best(lambda v=v: [v.windows(i, m) for i, m in batches], model_only[v.name])
         torch.set_num_threads(1)
-        latency = {}
-        for v in variants:
-            v.single(texts[:1])
-            single = []
-            for text in texts[: args.latency_rows]:
-                start = time.perf_counter()
-                v.single([text])
-                single.append(time.perf_counter() - start)
-            latency[v.name] = percentiles_ms(single)
+        latency = {v.name: single_text_latency(v.single, texts[: args.latency_rows]) for v in variants}
     torch.set_num_threads(args.threads)
 
     rows = [{"variant": v.name, "accuracy": accuracy[v.name], "size_mb": v.size_mb,
@@ -201,13 +196,14 @@ def main() -> None:
         mark = "" if bound is None else ("yes" if verdicts[key] else "NO")
         print(f"{key:46s} {value:10.4g}  {op}{'' if bound is None else f'{bound:g}':6s} {mark}")
     record = {
-        "date": date.today().isoformat(), "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}", "threads": args.threads, "rounds": args.rounds, "rows": len(texts),
+        "date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+        f"torch {torch.__version__}, onnxruntime {onnxruntime.__version__}", "threads": args.threads, "rounds": args.rounds, "rows": len(texts),
         "windows": len(windows), "parity": parity_rows, "ort_optimizer_fusions": fusions, "variants": rows,
         "checks": checks, "targets": {k: f"{op} {b}" for k, (op, b) in targets.items()}, "met": verdicts,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"\nwrote {args.out}")
 
 

@@ -34,15 +34,15 @@ def eager_attention(
     """softmax(q k^T * scale + mask) v, written out so the weights can be returned.
 
     q, k, v: (B, H, T, D); mask: bool (B, 1, 1, T), True = attend. Returns the output
-    (B, H, T, D) and the attention weights (B, H, T, T) after dropout.
+    (B, H, T, D) and the attention probabilities (B, H, T, T) before dropout (rows sum to 1;
+    dropout applies only to the copy that weighs v).
     """
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, T)
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
-    if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, v), weights  # (B, H, T, D)
+    probs = torch.softmax(scores, dim=-1)
+    dropped = F.dropout(probs, p=dropout_p) if dropout_p > 0.0 else probs
+    return torch.matmul(dropped, v), probs  # (B, H, T, D), (B, H, T, T)
 
 
 def sdpa_attention(

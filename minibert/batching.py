@@ -51,6 +51,21 @@ def pad_ids(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray
     return ids, mask
 
 
+def batched_logits(
+    run: Callable[[np.ndarray, np.ndarray], np.ndarray], sequences: Sequence[Sequence[int]], batch_size: int, pad_id: int
+) -> np.ndarray:
+    """(N, L) float32 outputs of ``run(ids, mask)`` over length-sorted padded batches, in input order."""
+    out: np.ndarray | None = None
+    for index in sorted_batches([len(s) for s in sequences], batch_size):
+        logits = np.asarray(run(*pad_ids([sequences[i] for i in index], pad_id)), dtype=np.float32)
+        if out is None:
+            out = np.empty((len(sequences), logits.shape[1]), dtype=np.float32)
+        out[index] = logits
+    if out is None:
+        raise ValueError("no sequences to predict")
+    return out
+
+
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     """``pad_ids`` as torch tensors (sharing memory): ids (B, T) int64 and attention mask (B, T) int64."""
     ids, mask = pad_ids(sequences, pad_id)

@@ -40,6 +40,8 @@ def spaced_layers(teacher_layers: int, student_layers: int) -> list[int]:
 
 def principal_basis(weight: Tensor, width: int) -> Tensor:
     """(C_t, width) orthonormal columns: the top principal directions of the rows of ``weight``."""
+    if not 0 < width <= min(weight.shape):
+        raise ValueError(f"width {width} must be in 1..{min(weight.shape)} for a {tuple(weight.shape)} matrix")
     centered = weight.double() - weight.double().mean(dim=0)
     _, _, vh = torch.linalg.svd(centered, full_matrices=False)
     return vh[:width].T.to(weight.dtype)
@@ -57,9 +59,9 @@ def _project_embeddings(student: SequenceClassifier, teacher: SequenceClassifier
     copied = []
     with torch.no_grad():
         for name, mine, theirs in pairs:
-            rows = min(mine.shape[0], theirs.shape[0])
-            if theirs.shape[0] < mine.shape[0] and name.endswith("tokens.weight"):
-                continue  # vocabularies differ: nothing to map row by row
+            if name.endswith("tokens.weight") and theirs.shape[0] != mine.shape[0]:
+                continue  # vocabularies differ: rows do not name the same tokens
+            rows = min(mine.shape[0], theirs.shape[0])  # position tables may differ in length
             mine[:rows] = theirs[:rows] @ basis
             copied.append(name)
     return copied
@@ -131,15 +133,17 @@ class Distiller(nn.Module):
         self.student = student
         self.hidden_weight, self.attention_weight = hidden_weight, attention_weight
         s_layers, t_layers = len(student.backbone.encoder.layers), len(teacher.backbone.encoder.layers)
-        self.layer_map = spaced_layers(t_layers, s_layers)
+        self.layer_map = spaced_layers(t_layers, s_layers) if hidden_weight or attention_weight else []
         s_width = student.backbone.embeddings.tokens.weight.shape[1]
         t_width = teacher.backbone.embeddings.tokens.weight.shape[1]
         self.projections = nn.ModuleList(nn.Linear(s_width, t_width) for _ in range(s_layers) if hidden_weight > 0)
-        self._teacher = (teacher.eval(),)  # a tuple keeps it out of parameters() and state_dict()
+        # A tuple keeps the teacher out of parameters(), state_dict() and .to(): it must already
+        # sit on the student's device.
+        self._teacher = (teacher.eval(),)
 
     @property
     def backbone(self) -> nn.Module:
-        return self.student.backbone  # what training hooks (LLRD, unfreezing) walk
+        return self.student.backbone  # the training loop reads the layer count here
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         return self.student(input_ids, attention_mask)

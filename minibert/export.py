@@ -191,7 +191,11 @@ def load_session(
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
-    return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    if session.get_providers()[0] != providers[0]:  # ORT falls back to CPU on a provider error
+        raise RuntimeError(f"ONNX Runtime could not start {providers[0]} for {path} (it runs on "
+                           f"{session.get_providers()[0]}); check the CUDA / TensorRT install or use device 'cpu'")
+    return session
 
 
 def _int64(x: Tensor | np.ndarray) -> np.ndarray:

@@ -14,7 +14,7 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from minibert.batching import pad_batch, sorted_batches
+from minibert.batching import batched_logits
 from minibert.tokenizer import CLS, SEP
 from minibert.windows import aggregate_windows, document_windows
 
@@ -61,16 +61,12 @@ def predict_logits(
     pad_id: int = 0,
 ) -> np.ndarray:
     """(N, L) float32 logits for N encoded sequences, in input order."""
-    out: np.ndarray | None = None
+
+    def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return model(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+
     with torch.inference_mode():
-        for index in sorted_batches([len(s) for s in sequences], batch_size):
-            ids, mask = pad_batch([sequences[i] for i in index], pad_id)
-            logits = model(ids, mask).float().numpy()
-            if out is None:
-                out = np.empty((len(sequences), logits.shape[1]), dtype=np.float32)
-            out[index] = logits
-    assert out is not None, "no sequences"
-    return out
+        return batched_logits(run, sequences, batch_size, pad_id)
 
 
 def chunk_document(ids: Sequence[int], max_length: int, cls_id: int, sep_id: int) -> list[list[int]]:

@@ -3,8 +3,11 @@
 References: MLM cross-entropy over selected positions (Devlin et al. 2018); knowledge
 distillation (Hinton et al. 2015): alpha * T^2 * KL(softmax(t/T) || softmax(s/T)) +
 (1 - alpha) * CE(s, y); the T^2 keeps the soft-target gradients on the same scale as T changes.
+TinyBERT-style intermediate terms (Jiao et al. 2020): hidden-state MSE and, departing from its
+per-head score MSE, KL between head-averaged attention distributions (``minibert.distill``).
 
-Shape legend: B batch, N masked tokens, V vocabulary, L labels.
+Shape legend: B batch, T sequence length, C hidden size, H heads, N masked tokens, V vocabulary,
+L labels.
 """
 
 from __future__ import annotations

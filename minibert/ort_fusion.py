@@ -56,6 +56,8 @@ class _OrtAttention(torch.autograd.Function):
 
 
 def _fused_forward(self: SelfAttention, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, None]:
+    if need_weights or self.training:
+        raise RuntimeError("fused attention is for inference export: no attention weights, no dropout (call .eval())")
     if mask is None:
         mask = torch.ones(x.shape[0], 1, 1, x.shape[1], dtype=torch.bool, device=x.device)
     return self.out(_OrtAttention.apply(x, self.qkv.weight, self.qkv.bias, mask, self.num_heads)), None
@@ -65,18 +67,23 @@ def _fused_forward(self: SelfAttention, x: Tensor, mask: Tensor | None = None, n
 def fused_attention(model: nn.Module) -> Iterator[nn.Module]:
     """Within the block every ``SelfAttention`` of ``model`` runs (and exports) as one fused node.
 
-    Inference only (no dropout, no weights returned); the modules' own forwards come back after.
+    Inference only (eval mode, no weights returned). Each module's own ``forward`` attribute,
+    if it had one, is put back exactly on exit, so blocks nest.
     """
     modules = [m for m in model.modules() if isinstance(m, SelfAttention)]
     if any(m.rotary is not None for m in modules):
         raise ValueError("fused attention cannot apply rotary positions; export this model without fusion")
+    previous = [m.__dict__.get("forward") for m in modules]
     for module in modules:
         module.forward = types.MethodType(_fused_forward, module)  # instance attribute shadows the class method
     try:
         yield model
     finally:
-        for module in modules:
-            del module.forward
+        for module, before in zip(modules, previous):
+            if before is None:
+                del module.forward
+            else:
+                module.forward = before
 
 
 def optimize_for_ort(

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers import Tokenizer
 
-from minibert.batching import pad_ids, sorted_batches
-from minibert.export import DEVICES, OPTIMIZATION_LEVELS, OUTPUT_NAME, load_session
+from minibert.batching import batched_logits
+from minibert.export import DEVICES, OPTIMIZATION_LEVELS, load_session, onnx_logits
 from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
 from minibert.validation import ConfigError, check_choice, check_types
 from minibert.windows import AGGREGATIONS, aggregate_windows, document_windows
@@ -52,8 +52,10 @@ class RuntimeConfig:
             raise ConfigError(f"max_length: {self.max_length} must be >= 3 to hold [CLS] x [SEP]")
         if not 0 < self.stride <= self.max_length - 2:
             raise ConfigError(f"stride: {self.stride} must be in 1..{self.max_length - 2} (max_length - 2)")
-        if self.batch_size < 1 or self.threads < 0:
-            raise ConfigError(f"batch_size must be >= 1 and threads >= 0, got {self.batch_size}, {self.threads}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size: {self.batch_size} must be >= 1")
+        if self.threads < 0:
+            raise ConfigError(f"threads: {self.threads} must be >= 0 (0 lets ONNX Runtime choose)")
         check_choice(self.aggregate, AGGREGATIONS, "aggregate")
         check_choice(self.optimization, OPTIMIZATION_LEVELS, "optimization")
         check_choice(self.device, DEVICES, "device")
@@ -82,7 +84,6 @@ class TextClassifier:
         self.pad_id = tokenizer.token_to_id(PAD)
         if None in (self.cls_id, self.sep_id, self.pad_id):
             raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
-        self.input_names = {i.name for i in session.get_inputs()}
         self.num_labels = int(session.get_outputs()[0].shape[-1])
 
     @classmethod
@@ -96,14 +97,10 @@ class TextClassifier:
 
     def window_logits(self, windows: Sequence[Sequence[int]]) -> np.ndarray:
         """(W, L) logits of encoded windows, in input order."""
-        out = np.empty((len(windows), self.num_labels), dtype=np.float32)
-        for index in sorted_batches([len(w) for w in windows], self.cfg.batch_size):
-            ids, mask = pad_ids([windows[i] for i in index], self.pad_id)
-            feed = {"input_ids": ids, "attention_mask": mask}
-            if "token_type_ids" in self.input_names:
-                feed["token_type_ids"] = np.zeros_like(ids)
-            out[index] = self.session.run([OUTPUT_NAME], feed)[0]
-        return out
+        if not windows:
+            return np.empty((0, self.num_labels), dtype=np.float32)
+        return batched_logits(lambda ids, mask: onnx_logits(self.session, ids, mask), windows, self.cfg.batch_size,
+                              self.pad_id)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """(N, L) logits, one row a text of any length (windows combined by ``cfg.aggregate``)."""

@@ -43,18 +43,27 @@ def document_windows(
     return windows, counts
 
 
-AGGREGATIONS = ("mean", "max", "first")
+def _mean(logits: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return np.add.reduceat(logits, starts, axis=0) / counts[:, None].astype(logits.dtype)
+
+
+def _max(logits: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return np.maximum.reduceat(logits, starts, axis=0)
+
+
+def _first(logits: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return logits[starts]
+
+
+# How a document's window logits become one row: (W, L) logits, (N,) start rows, (N,) counts -> (N, L).
+AGGREGATIONS = {"mean": _mean, "max": _max, "first": _first}
 
 
 def aggregate_windows(logits: np.ndarray, counts: np.ndarray, how: str) -> np.ndarray:
     """(W, L) window logits laid out document by document -> (N, L) by ``how`` (mean, max, first)."""
     if how not in AGGREGATIONS:
-        raise ValueError(f"aggregate must be one of {AGGREGATIONS}, got {how!r}")
+        raise ValueError(f"aggregate must be one of {list(AGGREGATIONS)}, got {how!r}")
     if len(counts) == 0:
         return np.empty((0, logits.shape[1] if logits.ndim == 2 else 0), dtype=np.float32)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    if how == "first":
-        return logits[starts]
-    if how == "max":
-        return np.maximum.reduceat(logits, starts, axis=0)
-    return np.add.reduceat(logits, starts, axis=0) / counts[:, None].astype(logits.dtype)
+    return AGGREGATIONS[how](logits, starts, counts)

@@ -1,4 +1,4 @@
-"""Charts the stages write as PNG (rendered offline with matplotlib's Agg backend)."""
+"""Charts the stages write as PNG (rendered offline by matplotlib, without pyplot)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ def tradeoff_chart(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     ``table`` needs columns variant, accuracy, p50_ms, size_mb. Log-scaled x axes: the
     variants span an order of magnitude or more in both.
     """
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no global backend, no window, no state kept
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    fig = Figure(figsize=(11, 4.2), constrained_layout=True)
+    axes = fig.subplots(1, 2)
     for ax, column, label in ((axes[0], "p50_ms", "p50 latency, batch 1 (ms, log scale)"),
                               (axes[1], "size_mb", "size on disk (MB, log scale)")):
         ax.scatter(table[column], 100 * table["accuracy"], s=40, color="tab:blue")
@@ -36,5 +34,4 @@ def tradeoff_chart(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     axes[1].set_title("accuracy vs size")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
     return Path(path)

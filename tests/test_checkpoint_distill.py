@@ -9,7 +9,13 @@ from conftest import padded_batch
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier, build_mlm
 from minibert.checkpoint import load_model, read_metadata, save_model
-from minibert.distill import Distiller, forward_with_internals, init_student_from_teacher, principal_basis, spaced_layers
+from minibert.distill import (
+    Distiller,
+    forward_with_internals,
+    init_student_from_teacher,
+    principal_basis,
+    spaced_layers,
+)
 from minibert.losses import attention_kl, hidden_mse, kd_loss
 from pipeline.metrics import classification_metrics, percentiles_ms
 
@@ -132,6 +138,10 @@ def test_layer_outputs_collect_every_layer() -> None:
         torch.testing.assert_close(logits, model(ids, mask))
     assert len(hidden_states) == 3 and len(weights) == 3 and weights[0].shape == (2, 2, 6, 6)
     torch.testing.assert_close(hidden_states[-1], final)  # post-norm: the last layer's output is the final state
+    model.train()  # attention dropout on: the returned probabilities are still distributions
+    _, _, train_weights = forward_with_internals(model, ids, mask, need_weights=True)
+    torch.testing.assert_close(train_weights[0].sum(-1), torch.ones(2, 2, 6))
+    assert attention_kl(train_weights[0], train_weights[0], mask.bool()).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_classification_metrics_match_scikit_learn() -> None:

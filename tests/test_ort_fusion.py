@@ -11,8 +11,9 @@ import torch
 from conftest import padded_batch
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
+from minibert.attention import SelfAttention
 from minibert.export import export_onnx, load_session, onnx_logits
-from minibert.ort_fusion import fused_attention, fused_operator_counts, optimize_for_ort
+from minibert.ort_fusion import _fused_forward, _OrtAttention, fused_attention, fused_operator_counts, optimize_for_ort
 from minibert.quantize import quantize_onnx_int8
 
 VOCAB = 300
@@ -35,8 +36,10 @@ def graphs(model: SequenceClassifier, tmp_path_factory: pytest.TempPathFactory) 
     folder = tmp_path_factory.mktemp("fused")
     fused = export_onnx(model, folder / "fused.onnx", fused_attention=True)
     optimize_for_ort(fused, folder / "optimized.onnx", num_heads=4, hidden_size=128)
-    quantize_onnx_int8(folder / "optimized.onnx", folder / "int8.onnx")
-    return {"fused": fused, "optimized": folder / "optimized.onnx", "int8": folder / "int8.onnx"}
+    quantize_onnx_int8(fused, folder / "int8.onnx")  # the pipeline's default path (export.ort_optimizer: false)
+    quantize_onnx_int8(folder / "optimized.onnx", folder / "optimized_int8.onnx")
+    return {"fused": fused, "optimized": folder / "optimized.onnx", "int8": folder / "int8.onnx",
+            "optimized_int8": folder / "optimized_int8.onnx"}
 
 
 def test_each_layer_exports_one_attention_node(graphs: dict[str, Path]) -> None:
@@ -44,7 +47,8 @@ def test_each_layer_exports_one_attention_node(graphs: dict[str, Path]) -> None:
     assert fused["Attention"] == 3 and "Softmax" not in fused, "attention maths left unfused"
     assert optimized["Attention"] == 3
     assert optimized["SkipLayerNormalization"] >= 5 and optimized.get("BiasGelu", 0) == 3
-    assert fused_operator_counts(graphs["int8"]).get("QAttention", 0) == 3, "int8 attention projections"
+    for graph in ("int8", "optimized_int8"):
+        assert fused_operator_counts(graphs[graph]).get("QAttention", 0) == 3, f"{graph}: int8 attention projections"
 
 
 @pytest.mark.parametrize("graph", ["fused", "optimized"])
@@ -57,22 +61,36 @@ def test_fused_graphs_match_torch_on_padded_batches(model, graphs, graph: str, l
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=0)
 
 
-def test_fused_int8_stays_close_to_fp32(model, graphs) -> None:
+@pytest.mark.parametrize("graph", ["int8", "optimized_int8"])
+def test_fused_int8_stays_close_to_fp32(model, graphs, graph: str) -> None:
     ids, mask = padded_batch(VOCAB, [12, 30, 5, 22])
     with torch.no_grad():
         expected = model(ids, mask).numpy()
-    got = onnx_logits(load_session(graphs["int8"], threads=2), ids, mask)
+    got = onnx_logits(load_session(graphs[graph], threads=2), ids, mask)
     assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max() + 0.05
 
 
-def test_the_torch_side_of_the_fused_module_is_the_same_maths(model) -> None:
+def test_the_fused_module_runs_while_patched_and_is_restored_after(model, monkeypatch) -> None:
+    calls = []
+    original = _OrtAttention.apply
+    monkeypatch.setattr(_OrtAttention, "apply", lambda *a: calls.append(1) or original(*a))
+    attention = [m for m in model.modules() if isinstance(m, SelfAttention)]
     ids, mask = padded_batch(VOCAB, [9, 4, 16])
     with torch.no_grad():
         expected = model(ids, mask)
         with fused_attention(model):
+            with fused_attention(model):  # nested blocks restore what they found
+                pass
+            assert all(m.forward.__func__ is _fused_forward for m in attention)
             got = model(ids, mask)
-        torch.testing.assert_close(model(ids, mask), expected, atol=0, rtol=0)  # forwards restored
+        assert len(calls) == 3, "one fused call a layer"
+        assert all("forward" not in m.__dict__ for m in attention), "class forward back"
+        torch.testing.assert_close(model(ids, mask), expected, atol=0, rtol=0)
+        assert len(calls) == 3
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    with fused_attention(model.train()), pytest.raises(RuntimeError, match="inference export"):
+        model(ids, mask)
+    model.eval()
 
 
 def test_rotary_models_are_refused_with_the_reason(tmp_path: Path) -> None:

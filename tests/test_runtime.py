@@ -3,38 +3,32 @@ windows, labels and probabilities out; providers chosen as documented; bad setti
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import toy_texts, toy_tokenizer
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.export import execution_providers, export_onnx
+from minibert.quantize import quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
-from minibert.tokenizer import TokenizerConfig, save_tokenizer, train_wordpiece
 from minibert.validation import ConfigError
 from pipeline.params import TaskParams
 from pipeline.task import text_logits
-
-WORDS = ("a moving funny portrait of family dull lifeless script thin wonderful performances bored "
-         "actors plot sense dialogue laughable director vision clumsy act the film is").split()
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("runtime")
-    rng = np.random.default_rng(0)
-    tok = train_wordpiece(iter(" ".join(rng.choice(WORDS, size=12)) for _ in range(300)),
-                          TokenizerConfig(vocab_size=120, min_frequency=1))
-    tok_path = save_tokenizer(tok, tmp / "tokenizer.json")
+    tok, tok_path = toy_tokenizer(tmp)
     torch.manual_seed(0)
     model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
                              ClassifierConfig(pooling="mean")).eval()
     paths = {"plain": export_onnx(model, tmp / "plain.onnx"),
              "fused": export_onnx(model, tmp / "fused.onnx", fused_attention=True),
              "segments": export_onnx(model, tmp / "segments.onnx", with_token_types=True)}
-    texts = [" ".join(rng.choice(WORDS, size=n)) for n in (0, 3, 15, 40, 90)]  # empty to many windows
+    paths["int8"] = quantize_onnx_int8(paths["fused"], tmp / "int8.onnx")
+    texts = toy_texts(np.random.default_rng(1), (0, 3, 15, 40, 90))  # empty to many windows
     return model, tok, tok_path, paths, texts
 
 
@@ -46,6 +40,15 @@ def test_runtime_logits_equal_torch_through_the_same_windows(setup, graph: str, 
     runtime = TextClassifier.from_files(tok_path, paths[graph], cfg)
     expected = text_logits(model, tok, TaskParams(max_length=16, stride=6, aggregate=aggregate), batch_size=8)(texts)
     np.testing.assert_allclose(runtime.logits(texts), expected, atol=1e-4, rtol=0)
+
+
+def test_the_int8_graph_runs_through_the_runtime_close_to_fp32(setup) -> None:
+    _, _, tok_path, paths, texts = setup
+    cfg = RuntimeConfig(max_length=16, stride=6)
+    fp32 = TextClassifier.from_files(tok_path, paths["fused"], cfg).logits(texts)
+    int8 = TextClassifier.from_files(tok_path, paths["int8"], cfg).logits(texts)
+    assert int8.shape == fp32.shape and not np.array_equal(int8, fp32), "int8 weights change the numbers a little"
+    assert np.abs(int8 - fp32).max() < 0.1 * np.abs(fp32).max() + 0.05
 
 
 def test_predict_gives_labels_and_probabilities(setup) -> None:

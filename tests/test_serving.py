@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import toy_texts, toy_tokenizer
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.export import export_onnx, load_session, session_callable
-from minibert.tokenizer import TokenizerConfig, save_tokenizer, train_wordpiece
 from minibert.windows import sliding_windows
 from pipeline.params import TaskParams
 from pipeline.task import text_logits
@@ -17,17 +17,12 @@ from pipeline.task import text_logits
 pytest.importorskip("mlflow")
 from pipeline.serving_model import SentimentModel, windows  # noqa: E402
 
-WORDS = ("the film is a charming funny moving portrait of family dull lifeless script thin wonderful "
-         "performances bored actors plot sense dialogue laughable director vision clumsy act").split()
-
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("serving")
     rng = np.random.default_rng(0)
-    corpus = [" ".join(rng.choice(WORDS, size=12)) for _ in range(300)]
-    tok = train_wordpiece(iter(corpus), TokenizerConfig(vocab_size=120, min_frequency=1))
-    tok_path = save_tokenizer(tok, tmp / "tokenizer.json")
+    tok, tok_path = toy_tokenizer(tmp)
     torch.manual_seed(0)
     model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
                              ClassifierConfig()).eval()
@@ -37,7 +32,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
                               model_config={"max_length": 16, "stride": 6, "aggregate": "mean", "threads": 1})
     pyfunc = SentimentModel()
     pyfunc.load_context(context)
-    texts = [" ".join(rng.choice(WORDS, size=n)) for n in (3, 15, 40, 90)]  # one to many windows
+    texts = toy_texts(rng, (3, 15, 40, 90))  # one to many windows
     return pyfunc, model, tok, task, onnx_path, texts
 
 

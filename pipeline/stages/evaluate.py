@@ -58,15 +58,21 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: Evaluat
     scores = variant.predict(texts)
     seconds = time.perf_counter() - start
     torch.set_num_threads(cfg.latency_threads)
-    variant.predict_one(texts[:1])
-    single = []
-    for text in texts[: cfg.latency_rows]:
-        start = time.perf_counter()
-        variant.predict_one([text])
-        single.append(time.perf_counter() - start)
+    latency = single_text_latency(variant.predict_one, texts[: cfg.latency_rows])
     torch.set_num_threads(cfg.threads)
-    return {**classification_metrics(labels, scores), **percentiles_ms(single),
+    return {**classification_metrics(labels, scores), **latency,
             "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6}
+
+
+def single_text_latency(predict: Predict, texts: list[str]) -> dict[str, float]:
+    """p50 / p95 milliseconds of ``predict([text])`` over ``texts``, one at a time, after one warm-up."""
+    predict(texts[:1])
+    seconds = []
+    for text in texts:
+        start = time.perf_counter()
+        predict([text])
+        seconds.append(time.perf_counter() - start)
+    return percentiles_ms(seconds)
 
 
 def onnx_variant(name: str, path: Path, tokenizer: Path, task: TaskParams, cfg: EvaluateParams) -> Variant:

@@ -23,7 +23,7 @@ from minibert.export import export_onnx, load_session, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
 from minibert.tokenizer import CLS, SEP, load_tokenizer
-from minibert.windows import sliding_windows
+from minibert.windows import document_windows
 from pipeline.io import StageError
 from pipeline.params import ExportParams, Params, load_params
 from pipeline.stages.common import finish_stage
@@ -77,8 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         student, model_cfg, _ = load_model(args.student)
         tok = load_tokenizer(args.tokenizer)
         documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
-        sequences = [w for doc in documents
-                     for w in sliding_windows(doc, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))]
+        sequences, _ = document_windows(documents, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
         metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(sequences)}
 
         metrics |= verified_export(args.out, lambda p: export_onnx(student, p, opset=cfg.opset),
