@@ -52,7 +52,9 @@ class _OrtAttention(torch.autograd.Function):
     def symbolic(g, x, weight, bias, mask, num_heads):  # noqa: ANN001, ANN205 - TorchScript graph values
         weight_t = g.op("Transpose", weight, perm_i=[1, 0])  # (C, 3C): Q | K | V columns
         mask_2d = g.op("Squeeze", g.op("Cast", mask, to_i=ONNX_INT32), g.op("Constant", value_t=torch.tensor([1, 2])))
-        return g.op("com.microsoft::Attention", x, weight_t, bias, mask_2d, num_heads_i=num_heads)
+        out = g.op("com.microsoft::Attention", x, weight_t, bias, mask_2d, num_heads_i=num_heads)
+        out.setType(x.type())  # (B, T, C) like the input: the exporter cannot infer a contrib op's type
+        return out
 
 
 def _fused_forward(self: SelfAttention, x: Tensor, mask: Tensor | None = None, need_weights: bool = False) -> tuple[Tensor, None]:

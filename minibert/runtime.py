@@ -82,6 +82,8 @@ class TextClassifier:
         tokenizer.no_padding()
         self.cls_id, self.sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
         self.pad_id = tokenizer.token_to_id(PAD)
+        # Ids only: encode_batch_fast (tokenizers >= 0.20) skips character offsets, about 25 % faster.
+        self._encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         if None in (self.cls_id, self.sep_id, self.pad_id):
             raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
         self.num_labels = int(session.get_outputs()[0].shape[-1])
@@ -106,7 +108,7 @@ class TextClassifier:
         """(N, L) logits, one row a text of any length (windows combined by ``cfg.aggregate``)."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not one string; wrap it in a list")
-        encoded = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        encoded = self._encode(list(texts), add_special_tokens=False)
         windows, counts = document_windows([e.ids for e in encoded], self.cfg.max_length, self.cfg.stride,
                                            self.cls_id, self.sep_id)
         return aggregate_windows(self.window_logits(windows), counts, self.cfg.aggregate)

@@ -68,12 +68,12 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     result = run_pipeline(params, force=args.force)
     print(f"\npipeline run {result.run_id}: {time.perf_counter() - started:.0f} s in all")
     for stage, seconds in result.stage_seconds.items():
-        print(f"  {stage:<10} {seconds:8.1f} s")
+        print(f"  {stage:<14} {seconds:8.1f} s")
     evaluation = Path("metrics/evaluate.json")
     if evaluation.is_file():
         print(f"\n{params.task.name} accuracy on the test split of record:")
         for variant, row in json.loads(evaluation.read_text()).items():
-            print(f"  {variant:<13} {row['accuracy']:.4f}")
+            print(f"  {variant:<18} {row['accuracy']:.4f}")
     return 0
 
 
