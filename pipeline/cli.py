@@ -1,9 +1,11 @@
-"""The ``minibert`` command line: run the pipeline, fetch data, inspect presets.
+"""The ``minibert`` command line: run the pipeline, fetch data, inspect presets, and work the
+model registry (promote, rollback, predict).
 
 ``minibert pipeline`` is what ``make pipeline`` runs: fetch the raw data (``dvc pull`` from the
 mirror remote, or the Hugging Face Hub when ``data.source: hub``), open one MLflow parent run,
 run ``dvc repro`` (every stage joins the parent), and print each stage's time and the dev
-accuracies.
+accuracies. ``promote`` / ``rollback`` move the ``champion`` alias through the gate in
+``pipeline/promotion.py``; ``predict`` labels texts with a registered model.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from minibert.config import PRESETS
 from minibert.model import build_mlm, parameter_counts
+from pipeline.io import DataError
 
 
 def count_parameters(name: str) -> tuple[int, int]:
@@ -87,6 +90,52 @@ def cmd_flow(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_promote(args: argparse.Namespace) -> int:
+    from pipeline.params import load_params
+    from pipeline.promotion import promote
+    from pipeline.task import load_split
+    from pipeline.tracking import project_root
+
+    params = load_params()
+    test = load_split(args.data, params.task, "test")
+    decision = promote(params.register.model_name, args.version, test, params.promote, params.tracking.experiment,
+                       project_root())
+    print(f"{'promoted' if decision.promote else 'refused'}: {decision.reason}")
+    return 0 if decision.promote or not args.strict else 1
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from pipeline.params import load_params
+    from pipeline.promotion import rollback
+    from pipeline.tracking import project_root
+
+    params = load_params()
+    version = rollback(params.register.model_name, params.tracking.experiment, project_root())
+    print(f"champion -> version {version}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from pipeline.params import load_params
+    from pipeline.tracking import configure, project_root, served_predict
+
+    params = load_params()
+    texts = list(args.texts)
+    if args.file is not None:
+        if not args.file.is_file():
+            raise FileNotFoundError(f"{args.file}: no such file (one text a line)")
+        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not texts:
+        raise DataError("nothing to predict: give texts as arguments or --file with one text a line")
+    configure(params.tracking.experiment, project_root())
+    out = served_predict(f"models:/{params.register.model_name}@{args.alias}")(pd.DataFrame({"text": texts}))
+    for text, label, probability in zip(texts, out["label"], out["probability"]):
+        print(f"{'positive' if label == 1 else 'negative'}\t{probability:.4f}\t{text}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minibert", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
     flow.add_argument("--cron", default="0 3 * * 0", help="schedule for serve (needs a Prefect server)")
     flow.add_argument("--force", action="store_true")
     flow.set_defaults(func=cmd_flow)
+    promote = sub.add_parser("promote", help="score challenger vs champion on the test split; move 'champion' if it wins")
+    promote.add_argument("--version", help="the version to try (default: the 'challenger' alias)")
+    promote.add_argument("--data", type=Path, default=Path("data/prepared"))
+    promote.add_argument("--strict", action="store_true", help="exit 1 when the challenger is refused")
+    promote.set_defaults(func=cmd_promote)
+    sub.add_parser("rollback", help="point 'champion' back at the version it replaced").set_defaults(func=cmd_rollback)
+    predict = sub.add_parser("predict", help="label texts with a registered model (default: the champion)")
+    predict.add_argument("texts", nargs="*", help="texts to label")
+    predict.add_argument("--file", type=Path, help="a UTF-8 file with one text a line")
+    predict.add_argument("--alias", default="champion", help="registry alias to load (champion, challenger)")
+    predict.set_defaults(func=cmd_predict)
     return parser
 
 

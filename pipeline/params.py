@@ -201,6 +201,19 @@ class RegisterParams:
 
 
 @dataclass(frozen=True)
+class PromoteParams:
+    margin: float = 0.0  # the challenger may trail the champion's accuracy by this much and still win
+    max_p50_ms: float = 5.0  # single-text p50 latency budget of the challenger (1 thread)
+    latency_rows: int = 64  # test texts timed one at a time
+
+    def __post_init__(self) -> None:
+        if not -1.0 <= self.margin <= 1.0:
+            raise ConfigError(f"promote.margin: {self.margin} is out of range; expected [-1, 1] (accuracy points / 100)")
+        if self.max_p50_ms <= 0 or self.latency_rows < 1:
+            raise ConfigError(f"promote: need max_p50_ms > 0 and latency_rows >= 1; got {self.max_p50_ms}, {self.latency_rows}")
+
+
+@dataclass(frozen=True)
 class TrackingParams:
     experiment: str = "minibert"
 
@@ -220,6 +233,7 @@ class Params:
     export: ExportParams = field(default_factory=ExportParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     register: RegisterParams = field(default_factory=RegisterParams)
+    promote: PromoteParams = field(default_factory=PromoteParams)
     tracking: TrackingParams = field(default_factory=TrackingParams)
 
     def model_config(self, vocab_size: int) -> ModelConfig:

@@ -226,3 +226,31 @@ def stage_durations(parent_id: str) -> dict[str, float]:
     )
     return {r.data.tags.get(STAGE_TAG, r.info.run_name): ((r.info.end_time or r.info.start_time) - r.info.start_time) / 1000.0
             for r in children}
+
+
+def served_predict(model_uri: str):  # noqa: ANN201 - a pyfunc's bound predict
+    """The registered pyfunc at ``model_uri`` (``models:/name/3``, ``models:/name@champion``), loaded as served."""
+    try:
+        return mlflow.pyfunc.load_model(model_uri).predict
+    except mlflow.exceptions.MlflowException as err:
+        raise FileNotFoundError(f"{model_uri}: not in the registry ({err.message.splitlines()[0]}); "
+                                "check the name, version or alias (`mlflow ui` lists them)") from None
+
+
+def version_tags(model_name: str, version: str) -> dict[str, str]:
+    return dict(MlflowClient().get_model_version(model_name, version).tags)
+
+
+def set_version_tags(model_name: str, version: str, tags: dict[str, str]) -> None:
+    client = MlflowClient()
+    for key, value in tags.items():
+        client.set_model_version_tag(model_name, version, key, value)
+
+
+def record_run(experiment: str, name: str, params: dict[str, Any], metrics: dict[str, float], tags: dict[str, str]) -> str:
+    """A top-level run (``promote``, ``rollback``) holding one registry decision; returns its id."""
+    experiment_id = configure(experiment)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=name, tags={STAGE_TAG: name, **tags}) as run:
+        mlflow.log_params(params)
+        mlflow.log_metrics(metrics)
+        return run.info.run_id

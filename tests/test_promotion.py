@@ -1,0 +1,158 @@
+"""The promotion gate: the decision rule, then promote / rollback / predict against a real local
+registry with served pyfunc versions, and two promotions racing each other."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import toy_texts, toy_tokenizer
+
+from minibert import ClassifierConfig, ModelConfig, build_classifier
+from minibert.batching import pad_batch
+from minibert.export import export_onnx
+from minibert.inference import encode
+from pipeline.params import PromoteParams
+from pipeline.promotion import Decision, Scores, decide
+
+mlflow = pytest.importorskip("mlflow")
+ROOT = Path(__file__).resolve().parent.parent
+NAME = "minibert-sst2"
+
+
+@pytest.mark.parametrize("challenger, champion, cfg, promote, reason", [
+    (Scores("2", 0.80, 1.0), None, PromoteParams(), True, "no champion"),
+    (Scores("2", 0.80, 1.0), Scores("1", 0.80, 1.0), PromoteParams(), True, ">="),
+    (Scores("2", 0.79, 1.0), Scores("1", 0.80, 1.0), PromoteParams(), False, "<"),
+    (Scores("2", 0.79, 1.0), Scores("1", 0.80, 1.0), PromoteParams(margin=0.02), True, "margin 0.02"),
+    (Scores("2", 0.80, 1.0), Scores("1", 0.79, 1.0), PromoteParams(margin=-0.02), False, "margin -0.02"),
+    (Scores("2", 0.90, 9.0), Scores("1", 0.80, 1.0), PromoteParams(max_p50_ms=5.0), False, "over the budget"),
+    (Scores("1", 0.90, 1.0), Scores("1", 0.90, 1.0), PromoteParams(), False, "already the champion"),
+])
+def test_decision_rule(challenger, champion, cfg, promote: bool, reason: str) -> None:
+    decision = decide(challenger, champion, cfg)
+    assert isinstance(decision, Decision) and decision.promote is promote and reason in decision.reason
+
+
+def env_for(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID")}
+    env.update(DVC_ROOT=str(root), MLFLOW_DISABLE_TELEMETRY="true", PYTHONPATH=str(ROOT))
+    return env
+
+
+def cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=root, env=env_for(root),
+                         capture_output=True, text=True, timeout=300)
+    if check and out.returncode != 0:
+        raise AssertionError(f"minibert {' '.join(args)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+    return out
+
+
+def split_along_main_direction(model, sequences: list[list[int]]) -> None:
+    """Set the classifier so that its label splits ``sequences`` around the mean of their pooled
+    features along the first principal direction: a random encoder that still tells texts apart."""
+    with torch.no_grad():
+        ids, mask = pad_batch(sequences, 0)
+        hidden, _ = model.backbone(ids, mask)
+        pooled = torch.tanh(model.head.pooler(model.head.pool(hidden, mask.bool())))  # (N, C)
+        mean = pooled.mean(0)
+        direction = torch.linalg.svd(pooled - mean, full_matrices=False).Vh[0]
+        model.head.classifier.weight.copy_(torch.stack([-direction, direction]) * 50)
+        model.head.classifier.bias.copy_(torch.stack([mean @ direction, -(mean @ direction)]) * 50)
+
+
+@pytest.fixture()
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A project folder with params, a toy test split and versions 1 (random), 2 (the labels' own
+    model: accuracy 1.0) and 3 (random, the same weights as 1), v1 the champion."""
+    from pipeline import tracking
+    from pipeline.stages.register import SERVING_CODE, pip_requirements
+
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    shutil.copy(ROOT / "profiles" / "tiny.yaml", tmp_path / "params.yaml")
+    tok, tok_path = toy_tokenizer(tmp_path)
+    texts = toy_texts(np.random.default_rng(5), [3, 4, 5, 6] * 15)  # one window each
+    paths = {}
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
+                                 ClassifierConfig(pooling="mean")).eval()
+        split_along_main_direction(model, encode(tok, texts, 16))
+        paths[seed] = export_onnx(model, tmp_path / f"m{seed}.onnx")
+    tracking.configure("minibert-tiny", tmp_path)
+    versions = []
+    for seed in (0, 1, 0):
+        with mlflow.start_run():
+            versions.append(tracking.log_pyfunc_model(
+                name="model", python_model=str(SERVING_CODE), artifacts={"onnx": str(paths[seed]), "tokenizer": str(tok_path)},
+                pip_requirements=pip_requirements(), input_example=pd.DataFrame({"text": ["a film"]}),
+                registered_model_name=NAME, model_config={"max_length": 16, "stride": 6, "aggregate": "mean", "threads": 1},
+                tags={}))
+    assert versions == ["1", "2", "3"]
+    tracking.set_aliases(NAME, "1", ["champion"])
+    tracking.set_aliases(NAME, "3", ["challenger"])
+    labels = tracking.served_predict(f"models:/{NAME}/2")(pd.DataFrame({"text": texts}))["label"].to_numpy()
+    assert 0.2 < labels.mean() < 0.8, "both classes in the toy test split"
+    (tmp_path / "data" / "prepared").mkdir(parents=True)
+    pd.DataFrame({"text": texts, "label": labels}).to_parquet(tmp_path / "data" / "prepared" / "sst2_dev.parquet")
+    return tmp_path, tracking
+
+
+def test_promote_refuse_and_roll_back(registry) -> None:
+    root, tracking = registry
+    out = cli(root, "promote", "--version", "2")
+    assert out.stdout.startswith("promoted: accuracy 1.0000 >= champion v1's")
+    assert tracking.alias_version(NAME, "champion") == "2"
+    tags = tracking.version_tags(NAME, "2")
+    assert tags["promotion.decision"] == "promoted" and tags["previous_champion"] == "1"
+    refused = cli(root, "promote", "--strict", check=False)  # the challenger alias: v3, weaker than v2
+    assert refused.returncode == 1 and refused.stdout.startswith("refused: accuracy")
+    assert tracking.alias_version(NAME, "champion") == "2"
+    assert tracking.version_tags(NAME, "3")["promotion.decision"] == "refused"
+    assert cli(root, "rollback").stdout.strip() == "champion -> version 1"
+    assert tracking.alias_version(NAME, "champion") == "1"
+    second = cli(root, "rollback", check=False)
+    assert second.returncode == 2 and "records no previous champion" in second.stderr
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name("minibert-tiny").experiment_id
+    runs = client.search_runs([experiment], filter_string="tags.`minibert.stage` = 'promote'")
+    assert sorted(r.data.metrics["promoted"] for r in runs) == [0.0, 1.0]
+    assert all("champion_accuracy" in r.data.metrics for r in runs)
+
+
+def test_predict_reads_the_champion_and_names_a_missing_alias(registry, tmp_path: Path) -> None:
+    root, _ = registry
+    lines = cli(root, "predict", "a moving film", "dull script").stdout.strip().splitlines()
+    assert len(lines) == 2 and all(line.split("\t")[0] in ("positive", "negative") for line in lines)
+    assert all(0.5 <= float(line.split("\t")[1]) <= 1.0 for line in lines)
+    texts = root / "texts.txt"
+    texts.write_text("one fine film\n\nthin plot\n")
+    assert len(cli(root, "predict", "--file", str(texts)).stdout.strip().splitlines()) == 2
+    missing = cli(root, "predict", "--alias", "gold", "x", check=False)
+    assert missing.returncode == 2 and "models:/minibert-sst2@gold: not in the registry" in missing.stderr
+    empty = cli(root, "predict", check=False)
+    assert empty.returncode == 2 and "nothing to predict" in empty.stderr
+
+
+def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:
+    root, tracking = registry
+    procs = [subprocess.Popen([sys.executable, "-m", "pipeline.cli", "promote", "--version", v], cwd=root,
+                              env=env_for(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for v in ("3", "2")]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert tracking.alias_version(NAME, "champion") == "2", "the best version wins whatever the order"
+    # Every promotion recorded the champion it replaced, so the chain walks back to v1 without gaps.
+    chain, version = [], "2"
+    while version:
+        chain.append(version)
+        version = tracking.version_tags(NAME, version).get("previous_champion", "")
+    assert chain in (["2", "1"], ["2", "3", "1"]), chain
