@@ -81,12 +81,12 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
 
 
 def cmd_flow(args: argparse.Namespace) -> int:
-    from pipeline.flows import pipeline_flow
+    from pipeline.flows import retrain_flow
 
     if args.action == "run":
-        pipeline_flow(force=args.force)
+        retrain_flow(force=args.force)
     else:
-        pipeline_flow.serve(name="scheduled", cron=args.cron, parameters={"force": args.force})
+        retrain_flow.serve(name="scheduled", cron=args.cron, parameters={"force": args.force})
     return 0
 
 
@@ -136,6 +136,38 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lineage(args: argparse.Namespace) -> int:
+    from pipeline.params import load_params
+    from pipeline.tracking import configure, lineage, project_root
+
+    configure(load_params().tracking.experiment, project_root())
+    print(json.dumps(lineage(args.model_uri), indent=2, default=str))
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from pipeline.params import load_params
+    from pipeline.tracking import configure, project_root, recent_pipeline_runs
+
+    params = load_params()
+    configure(params.tracking.experiment, project_root())
+    rows = recent_pipeline_runs(params.tracking.experiment, args.limit)
+    if not rows:
+        print(f"no pipeline runs in experiment {params.tracking.experiment!r} yet; run `minibert pipeline`")
+        return 0
+    print(f"{'started (UTC)':<17} {'status':<9} {'commit':<8} {'entry':<8} {'teacher':>8} {'deployed':>9} {'deployed/s':>11}  run")
+    for row in rows:
+        started = datetime.fromtimestamp(row["start_time"] / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M")
+        m = row["metrics"]
+        cells = [f"{m[k]:.4f}" if k in m else "-" for k in ("teacher.accuracy", "student_onnx_int8.accuracy")]
+        speed = f"{m['student_onnx_int8.throughput_per_s']:.0f}" if "student_onnx_int8.throughput_per_s" in m else "-"
+        print(f"{started:<17} {row['status']:<9} {row['git_commit'][:7]:<8} {row['entry']:<8} {cells[0]:>8} "
+              f"{cells[1]:>9} {speed:>11}  {row['run_id']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minibert", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,9 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
     run.add_argument("--profile", help="make profiles/PROFILE.yaml (e.g. imdb, tiny) the params.yaml first")
     run.set_defaults(func=cmd_pipeline)
-    flow = sub.add_parser("flow", help="the same pipeline as a Prefect flow: run it once, or serve it on a schedule")
+    flow = sub.add_parser("flow", help="retrain as a Prefect flow (pipeline, then the promotion gate): once, or on a schedule")
     flow.add_argument("action", choices=["run", "serve"])
-    flow.add_argument("--cron", default="0 3 * * 0", help="schedule for serve (needs a Prefect server)")
+    flow.add_argument("--cron", default="0 3 * * 0", help="schedule for serve, weekly by default (needs a Prefect server)")
     flow.add_argument("--force", action="store_true")
     flow.set_defaults(func=cmd_flow)
     promote = sub.add_parser("promote", help="score challenger vs champion on the test split; move 'champion' if it wins")
@@ -163,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--file", type=Path, help="a UTF-8 file with one text a line")
     predict.add_argument("--alias", default="champion", help="registry alias to load (champion, challenger)")
     predict.set_defaults(func=cmd_predict)
+    lineage = sub.add_parser("lineage", help="git commit, data digests, params and metrics behind a registered model")
+    lineage.add_argument("model_uri", help="models:/<name>/<version> or models:/<name>@<alias>")
+    lineage.set_defaults(func=cmd_lineage)
+    runs = sub.add_parser("runs", help="recent pipeline runs with their key metrics")
+    runs.add_argument("--limit", type=int, default=10)
+    runs.set_defaults(func=cmd_runs)
     return parser
 
 

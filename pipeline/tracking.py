@@ -23,6 +23,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
+from pipeline.io import DataError
 from pipeline.params import Params, flatten
 from pipeline.provenance import data_digests, git_commit
 
@@ -254,3 +255,55 @@ def record_run(experiment: str, name: str, params: dict[str, Any], metrics: dict
         mlflow.log_params(params)
         mlflow.log_metrics(metrics)
         return run.info.run_id
+
+
+def _model_version(model_uri: str):  # noqa: ANN202 - an mlflow ModelVersion
+    """``models:/name/3`` or ``models:/name@alias`` -> the registry's ModelVersion (clear error if absent)."""
+    client = MlflowClient()
+    body = model_uri.removeprefix("models:/")
+    name, alias = body.split("@", 1) if "@" in body else (body, None)
+    name, _, number = name.partition("/") if alias is None else (name, "", "")
+    if body == model_uri or not name or not (alias or number):
+        raise DataError(f"{model_uri!r} is not a registry URI; use models:/<name>/<version> or models:/<name>@<alias>")
+    try:
+        return client.get_model_version_by_alias(name, alias) if alias else client.get_model_version(name, number)
+    except mlflow.exceptions.MlflowException as err:
+        raise FileNotFoundError(f"{model_uri}: not in the registry ({err.message.splitlines()[0]})") from None
+
+
+def lineage(model_uri: str) -> dict[str, Any]:
+    """What made a registered version: the registering run, the pipeline run above it, the git
+    commit, the raw-data digests, the params and every stage's metrics."""
+    client = MlflowClient()
+    version = _model_version(model_uri)
+    run = client.get_run(version.run_id)
+    parent_id = run.data.tags.get(MLFLOW_PARENT_RUN_ID)
+    parent = client.get_run(parent_id) if parent_id else run
+    stages = client.search_runs([parent.info.experiment_id], filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}'")
+    return {
+        "model": version.name, "version": str(version.version), "aliases": sorted(version.aliases),
+        "registered_by_run": version.run_id, "pipeline_run": parent.info.run_id,
+        "git_commit": parent.data.tags.get("git_commit"), "git_dirty": parent.data.tags.get("git_dirty"),
+        "data_digests": {k.removeprefix("data_digest."): v for k, v in parent.data.tags.items() if k.startswith("data_digest.")},
+        "params": dict(sorted(parent.data.params.items())),
+        "metrics": {f"{r.data.tags.get(STAGE_TAG, r.info.run_name)}.{k}": v
+                    for r in stages for k, v in sorted(r.data.metrics.items())},
+    }
+
+
+def recent_pipeline_runs(experiment: str, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` pipeline runs: start, status, commit, entry, and what the evaluate stage measured."""
+    client = MlflowClient()
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs([found.experiment_id], filter_string="tags.`mlflow.runName` = 'pipeline'",
+                              order_by=["attributes.start_time DESC"], max_results=limit)
+    rows = []
+    for r in runs:
+        evaluate = client.search_runs([found.experiment_id], max_results=1, filter_string=(
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{r.info.run_id}' and tags.`{STAGE_TAG}` = 'evaluate'"))
+        rows.append({"run_id": r.info.run_id, "start_time": r.info.start_time, "status": r.info.status,
+                     "git_commit": r.data.tags.get("git_commit", ""), "entry": r.data.tags.get("minibert.entry", ""),
+                     "metrics": evaluate[0].data.metrics if evaluate else {}})
+    return rows

@@ -154,6 +154,24 @@ def test_registry_holds_a_loadable_challenger(project: tuple[Path, str]) -> None
     assert set(out["label"]) <= {0, 1} and out["probability"].between(0.5, 1.0).all()
 
 
+def test_lineage_and_runs_trace_the_champion_to_commit_data_and_metrics(project: tuple[Path, str]) -> None:
+    dest, _ = project
+    out = sh([sys.executable, "-m", "pipeline.cli", "lineage", "models:/minibert-sst2@champion"], dest)
+    record = json.loads(out.stdout)
+    assert record["version"] == "1" and "champion" in record["aliases"]
+    assert record["git_commit"] == sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
+    sst2_md5 = yaml.safe_load((dest / "data" / "raw" / "sst2.dvc").read_text())["outs"][0]["md5"]
+    assert record["data_digests"]["data/raw/sst2"] == f"md5:{sst2_md5}"
+    assert record["params"]["distill.student.num_layers"] == "1"
+    evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
+    assert record["metrics"]["evaluate.student_onnx_int8.accuracy"] == pytest.approx(evaluation["student_onnx_int8"]["accuracy"])
+    bad = sh([sys.executable, "-m", "pipeline.cli", "lineage", "minibert-sst2"], dest, check=False)
+    assert bad.returncode == 2 and "is not a registry URI" in bad.stderr
+    runs = sh([sys.executable, "-m", "pipeline.cli", "runs"], dest).stdout.splitlines()
+    assert runs[0].startswith("started (UTC)") and len(runs) >= 2
+    assert record["pipeline_run"] in "\n".join(runs) and f"{evaluation['teacher']['accuracy']:.4f}" in "\n".join(runs)
+
+
 def test_second_repro_is_a_noop(project: tuple[Path, str]) -> None:
     dest, _ = project
     start = time.perf_counter()
@@ -165,7 +183,8 @@ def test_second_repro_is_a_noop(project: tuple[Path, str]) -> None:
 
 
 def test_prefect_flow_runs_the_same_pipeline(project: tuple[Path, str]) -> None:
-    """The flow drives the same dvc repro (a no-op here) under a new parent run tagged as Prefect's."""
+    """The retrain flow drives the same dvc repro (a no-op here) under a new parent run tagged as
+    Prefect's, then the promotion gate (which refuses: the challenger is already the champion)."""
     dest, _ = project
     out = sh([sys.executable, "-m", "pipeline.cli", "flow", "run"], dest)
     assert "Completed" in out.stdout + out.stderr
@@ -174,6 +193,8 @@ def test_prefect_flow_runs_the_same_pipeline(project: tuple[Path, str]) -> None:
     (flow_run,) = client.search_runs([exp.experiment_id], filter_string="tags.`minibert.entry` = 'prefect'")
     assert flow_run.info.status == "FINISHED"
     assert runs_by_parent(client, "minibert-tiny")[flow_run.info.run_id] == [], "nothing to rerun"
+    (gate,) = client.search_runs([exp.experiment_id], filter_string="tags.`minibert.stage` = 'promote'")
+    assert gate.data.metrics["promoted"] == 0.0 and "already the champion" in gate.data.tags["promotion.reason"]
 
 
 def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[Path, str]) -> None:
