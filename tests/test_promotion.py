@@ -43,7 +43,8 @@ def test_decision_rule(challenger, champion, cfg, promote: bool, reason: str) ->
 
 def env_for(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID")}
-    env.update(DVC_ROOT=str(root), MLFLOW_DISABLE_TELEMETRY="true", PYTHONPATH=str(ROOT))
+    env.update(DVC_ROOT=str(root), MLFLOW_DISABLE_TELEMETRY="true", PYTHONPATH=str(ROOT),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # uvicorn, dvc
     return env
 
 
@@ -156,3 +157,50 @@ def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:
         chain.append(version)
         version = tracking.version_tags(NAME, version).get("previous_champion", "")
     assert chain in (["2", "1"], ["2", "3", "1"]), chain
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registry) -> None:
+    import json
+    import signal
+    import time
+    import urllib.request
+
+    root, tracking = registry
+    texts = ["a moving , funny film", "dull script , thin plot", "", "wonderful performances " * 40]
+    expected = tracking.served_predict(f"models:/{NAME}@champion")(pd.DataFrame({"text": texts}))
+    port = free_port()
+    env = {**env_for(root), "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{NAME}@champion",
+                               "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert server.poll() is None, f"server exited: {server.stderr.read()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, "mlflow models serve did not become healthy in 180 s"
+            time.sleep(1)
+        body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}}).encode()
+        request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            predictions = json.loads(response.read())["predictions"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert [p["label"] for p in predictions] == expected["label"].tolist()
+    np.testing.assert_allclose([p["probability"] for p in predictions], expected["probability"], rtol=1e-6)
