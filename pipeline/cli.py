@@ -92,14 +92,10 @@ def cmd_flow(args: argparse.Namespace) -> int:
 
 def cmd_promote(args: argparse.Namespace) -> int:
     from pipeline.params import load_params
-    from pipeline.promotion import promote
-    from pipeline.task import load_split
+    from pipeline.promotion import promote_with_params
     from pipeline.tracking import project_root
 
-    params = load_params()
-    test = load_split(args.data, params.task, "test")
-    decision = promote(params.register.model_name, args.version, test, params.promote, params.tracking.experiment,
-                       project_root())
+    decision = promote_with_params(load_params(), args.data, args.version, project_root())
     print(f"{'promoted' if decision.promote else 'refused'}: {decision.reason}")
     return 0 if decision.promote or not args.strict else 1
 

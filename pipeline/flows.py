@@ -31,13 +31,10 @@ def repro_task(force: bool) -> PipelineResult:
 
 @task(name="promote")
 def promote_task() -> dict[str, object]:
-    from pipeline.promotion import promote
-    from pipeline.task import load_split
+    from pipeline.promotion import promote_with_params
     from pipeline.tracking import project_root
 
-    params = load_params()
-    test = load_split(Path("data/prepared"), params.task, "test")
-    decision = promote(params.register.model_name, None, test, params.promote, params.tracking.experiment, project_root())
+    decision = promote_with_params(load_params(), Path("data/prepared"), None, project_root())
     return {"promoted": decision.promote, "reason": decision.reason}
 
 

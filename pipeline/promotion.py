@@ -28,7 +28,7 @@ import pandas as pd
 
 from pipeline.io import DataError
 from pipeline.metrics import classification_metrics, percentiles_ms
-from pipeline.params import PromoteParams
+from pipeline.params import Params, PromoteParams
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -124,6 +124,15 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
                                                  "champion_version": champion_version or "none", "margin": cfg.margin,
                                                  "max_p50_ms": cfg.max_p50_ms}, metrics, {"promotion.reason": decision.reason})
     return decision
+
+
+def promote_with_params(params: Params, data_dir: Path, version: str | None, root: Path) -> Decision:
+    """``promote`` as the CLI and the retrain flow run it: model, gate and experiment from params,
+    scored on the task's test split of record under ``data_dir``."""
+    from pipeline.task import load_split
+
+    test = load_split(data_dir, params.task, "test")
+    return promote(params.register.model_name, version, test, params.promote, params.tracking.experiment, root)
 
 
 def rollback(model_name: str, experiment: str, root: Path) -> str:
