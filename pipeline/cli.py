@@ -80,13 +80,18 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_flow(args: argparse.Namespace) -> int:
+def cmd_retrain(args: argparse.Namespace) -> int:
     from pipeline.flows import retrain_flow
 
-    if args.action == "run":
-        retrain_flow(force=args.force)
-    else:
-        retrain_flow.serve(name="scheduled", cron=args.cron, parameters={"force": args.force})
+    outcome = retrain_flow(force=args.force)
+    print(f"{'promoted' if outcome['promoted'] else 'refused'}: {outcome['reason']}")
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from pipeline.flows import schedule
+
+    schedule(args.name, args.cron, args.timezone, args.force)
     return 0
 
 
@@ -175,11 +180,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
     run.add_argument("--profile", help="make profiles/PROFILE.yaml (e.g. imdb, tiny) the params.yaml first")
     run.set_defaults(func=cmd_pipeline)
-    flow = sub.add_parser("flow", help="retrain as a Prefect flow (pipeline, then the promotion gate): once, or on a schedule")
-    flow.add_argument("action", choices=["run", "serve"])
-    flow.add_argument("--cron", default="0 3 * * 0", help="schedule for serve, weekly by default (needs a Prefect server)")
-    flow.add_argument("--force", action="store_true")
-    flow.set_defaults(func=cmd_flow)
+    retrain = sub.add_parser("retrain", help="retrain once as a Prefect flow: fetch data, dvc repro, then the promotion gate")
+    retrain.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
+    retrain.set_defaults(func=cmd_retrain)
+    schedule = sub.add_parser(
+        "schedule", help="serve the retrain flow as a Prefect deployment on a cron schedule (needs a Prefect server)",
+        description="Serve the retrain flow as deployment minibert-retrain/NAME on a cron schedule until stopped "
+                    "(SIGTERM or Ctrl-C), one run at a time. Needs a Prefect server: `prefect server start --host "
+                    "127.0.0.1 --port 4200` and PREFECT_API_URL=http://127.0.0.1:4200/api. Trigger a run at once "
+                    "with `prefect deployment run minibert-retrain/NAME`.")
+    schedule.add_argument("--cron", default="0 3 * * 0", help="when to retrain (default: weekly, Sundays 03:00)")
+    schedule.add_argument("--timezone", default="UTC", help="IANA time zone of --cron (default: UTC)")
+    schedule.add_argument("--name", default="weekly", help="deployment name (default: weekly)")
+    schedule.add_argument("--force", action="store_true", help="every run reruns every stage")
+    schedule.set_defaults(func=cmd_schedule)
     promote = sub.add_parser("promote", help="score challenger vs champion on the test split; move 'champion' if it wins")
     promote.add_argument("--version", help="the version to try (default: the 'challenger' alias)")
     promote.add_argument("--data", type=Path, default=Path("data/prepared"))

@@ -44,3 +44,28 @@ def test_profile_becomes_params_yaml_only_when_valid(tmp_path: Path, monkeypatch
         use_profile("nope")
     assert (tmp_path / "params.yaml").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profiles"], "no temp files left"
+
+
+def test_schedule_refuses_a_bad_cron_a_bad_zone_and_a_missing_server(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each mistake ends with one line naming it and the fix (exit 2), before anything is served."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from pipeline.flows import cron_schedule, server_url
+    from pipeline.io import StageError
+
+    assert cron_schedule("0 4 * * 1", "Europe/Paris").cron == "0 4 * * 1"
+    with temporary_settings({PREFECT_API_URL: None}):
+        assert main(["schedule", "--cron", "61 3 * * 0"]) == 2
+        assert "--cron '61 3 * * 0' is not a cron expression" in capsys.readouterr().err
+        assert main(["schedule", "--timezone", "Mars/Olympus"]) == 2
+        assert "'Mars/Olympus' is not a known IANA time zone" in capsys.readouterr().err
+        assert main(["schedule"]) == 2
+        assert "schedules need a Prefect server: run `prefect server start" in capsys.readouterr().err
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+        with pytest.raises(StageError, match=f"no healthy Prefect server at PREFECT_API_URL=http://127.0.0.1:{port}/api"):
+            server_url(wait_s=0)

@@ -4,13 +4,18 @@ targeted reruns, and clean failures on bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +27,9 @@ REMOTE = ROOT.parent / "shared" / "dvc-remote"
 STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "teacher_logits", "distill", "export", "quantize",
           "evaluate", "register"]
 
+# servers and runs of the caller's that the copy must not talk to
+LOCAL_ONLY = ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT", "PREFECT_API_URL")
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not REMOTE.is_dir(), reason=f"data mirror {REMOTE} not present"),
@@ -30,7 +38,7 @@ pytestmark = [
 
 
 def sh(args: list[str], cwd: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT")}
+    env = {k: v for k, v in os.environ.items() if k not in LOCAL_ONLY}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     env.update(DVC_NO_ANALYTICS="1", MLFLOW_DISABLE_TELEMETRY="true", PREFECT_HOME=str(cwd / ".prefect"),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
@@ -183,11 +191,13 @@ def test_second_repro_is_a_noop(project: tuple[Path, str]) -> None:
 
 
 def test_prefect_flow_runs_the_same_pipeline(project: tuple[Path, str]) -> None:
-    """The retrain flow drives the same dvc repro (a no-op here) under a new parent run tagged as
-    Prefect's, then the promotion gate (which refuses: the challenger is already the champion)."""
+    """The retrain flow (on Prefect's temporary local API) drives the same dvc repro (a no-op here)
+    under a new parent run tagged as Prefect's, then the promotion gate (which refuses: the
+    challenger is already the champion)."""
     dest, _ = project
-    out = sh([sys.executable, "-m", "pipeline.cli", "flow", "run"], dest)
+    out = sh([sys.executable, "-m", "pipeline.cli", "retrain"], dest)
     assert "Completed" in out.stdout + out.stderr
+    assert "refused: version 1 is already the champion" in out.stdout
     mlflow, client = client_for(dest)
     exp = client.get_experiment_by_name("minibert-tiny")
     (flow_run,) = client.search_runs([exp.experiment_id], filter_string="tags.`minibert.entry` = 'prefect'")
@@ -288,5 +298,110 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
         metrics = json.loads((tmp_path / "pretrain.json").read_text())
         assert metrics["resumed_from_step"] >= 20 and metrics["steps"] == 400
         assert not resume.exists(), "the finished run removed its checkpoint"
+    finally:
+        params.write_text(original)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def background(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A process in its own session, its whole group stopped with SIGTERM (then SIGKILL) on exit."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait)
+                    break
+
+
+def wait_until(check, what: str, log: Path, seconds: float = 180) -> None:
+    deadline = time.time() + seconds
+    while not check():
+        assert time.time() < deadline, f"{what} not ready after {seconds:.0f} s; log:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_refuses(
+        project: tuple[Path, str], tmp_path: Path) -> None:
+    """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
+    deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
+    the changed stages of the tiny pipeline under a Prefect-tagged parent run, then the gate,
+    which promotes the first new challenger (margin 1.0) and refuses the second (latency budget)."""
+    dest, _ = project
+    params = dest / "params.yaml"
+    original = params.read_text()
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if k not in LOCAL_ONLY}
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", PREFECT_HOME=str(tmp_path / "prefect"),
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false", DVC_NO_ANALYTICS="1",
+               MLFLOW_DISABLE_TELEMETRY="true")
+    served = {**env, "PREFECT_API_URL": api}
+    mlflow, client = client_for(dest)
+
+    def health() -> bool:
+        try:
+            with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def deployed() -> bool:
+        return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
+                              capture_output=True).returncode == 0
+
+    def trigger(finetune_seed: int, promote: dict) -> str:
+        data = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
+        data["finetune"]["seed"] = finetune_seed
+        data["promote"].update(promote)
+        params.write_text(yaml.safe_dump(data, sort_keys=False))
+        before = {r.info.run_id for r in client.search_runs([exp_id])}
+        out = subprocess.run(["prefect", "deployment", "run", "minibert-retrain/ci", "--watch", "--watch-timeout", "600"],
+                             cwd=dest, env=served, capture_output=True, text=True, timeout=660)
+        assert out.returncode == 0 and "Completed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+        (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
+                     if r.info.run_id not in before]
+        stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
+        assert "finetune" in stages and stages[-1] == "register" and "pretrain" not in stages, stages
+        return str(client.get_model_version_by_alias("minibert-sst2", "challenger").version)
+
+    exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
+    champion = str(client.get_model_version_by_alias("minibert-sst2", "champion").version)
+    try:
+        with background(["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], dest, env,
+                        tmp_path / "server.log") as server:
+            wait_until(health, "prefect server", tmp_path / "server.log")
+            refused = subprocess.run([sys.executable, "-m", "pipeline.cli", "schedule", "--cron", "0 4 * * 1"], cwd=dest,
+                                     env=env, capture_output=True, text=True)
+            assert refused.returncode == 2 and "schedules need a Prefect server" in refused.stderr
+            with background([sys.executable, "-m", "pipeline.cli", "schedule", "--name", "ci", "--cron", "0 4 * * 1"],
+                            dest, served, tmp_path / "serve.log") as serve:
+                wait_until(deployed, "deployment minibert-retrain/ci", tmp_path / "serve.log")
+                shown = subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
+                                       capture_output=True, text=True).stdout
+                assert "'cron': '0 4 * * 1'" in shown and "'timezone': 'UTC'" in shown
+
+                winner = trigger(1, {"margin": 1.0})
+                assert winner != champion
+                assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
+                tags = client.get_model_version("minibert-sst2", winner).tags
+                assert tags["promotion.decision"] == "promoted" and tags["previous_champion"] == champion
+
+                loser = trigger(2, {"margin": 0.0, "max_p50_ms": 0.001})
+                assert loser not in (winner, champion)
+                assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
+                tags = client.get_model_version("minibert-sst2", loser).tags
+                assert tags["promotion.decision"] == "refused" and "latency" in tags["promotion.reason"]
+                assert serve.poll() is None and server.poll() is None, "server and deployment stay up between runs"
     finally:
         params.write_text(original)
