@@ -218,7 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.runner import run_main
 
     args = build_parser().parse_args(argv)
-    return run_main(lambda: args.func(args), exit=False)
+    try:
+        return run_main(lambda: args.func(args), exit=False)
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        import os
+        import sys
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
