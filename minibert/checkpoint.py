@@ -1,8 +1,10 @@
 """Save and load models as safetensors, with their configs in the file's metadata.
 
 One file holds everything needed to rebuild the model: the weights and, as JSON strings in the
-safetensors header, the ``ModelConfig``, the ``ClassifierConfig`` (classifiers only) and the
-model kind. Writes are atomic (temp file in the same folder, then rename).
+safetensors header, the ``ModelConfig``, the ``ClassifierConfig`` (classifiers only), the
+model kind and the digest of the tokenizer vocabulary it was trained with (``check_tokenizer``
+refuses another tokenizer). Writes are atomic (temp file in the same folder, then rename); a
+damaged or truncated file raises ``ArtifactError`` naming it.
 """
 
 from __future__ import annotations
@@ -14,42 +16,54 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
 from torch import nn
 
 from minibert.config import ClassifierConfig, ModelConfig
-from minibert.files import atomic_output
+from minibert.files import ArtifactError, atomic_output
 from minibert.model import MaskedLM, SequenceClassifier, build_classifier, build_mlm
+from minibert.tokenizer import vocabulary_digest
 
 KINDS: dict[type[nn.Module], str] = {MaskedLM: "mlm", SequenceClassifier: "classifier"}
 
 
 def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str | os.PathLike[str],
-               head_cfg: ClassifierConfig | None = None) -> Path:
-    """Write weights + configs to ``path`` atomically."""
+               head_cfg: ClassifierConfig | None = None, vocabulary: str | None = None) -> Path:
+    """Write weights + configs (+ the tokenizer's ``vocabulary_digest``) to ``path`` atomically."""
     kind = KINDS[type(model)]
     if kind == "classifier" and head_cfg is None:
         raise ValueError("saving a classifier needs its ClassifierConfig")
     metadata = {"kind": kind, "model_config": json.dumps(dataclasses.asdict(cfg))}
     if head_cfg is not None:
         metadata["classifier_config"] = json.dumps(dataclasses.asdict(head_cfg))
+    if vocabulary is not None:
+        metadata["vocabulary_sha256"] = vocabulary
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     with atomic_output(path) as tmp:
-        save_file(state, str(tmp), metadata=metadata)
+        # one key: safetensors writes several in hash order, so equal models would differ in bytes
+        save_file(state, str(tmp), metadata={"minibert": json.dumps(metadata, sort_keys=True)})
     return Path(path)
 
 
-def read_metadata(path: str | os.PathLike[str]) -> tuple[str, ModelConfig, ClassifierConfig | None]:
-    """(kind, model config, classifier config or None) from a checkpoint's header."""
-    path = Path(path)
+def _header(path: Path) -> dict[str, str]:
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}; run the stage that writes it first")
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path} is not a readable safetensors checkpoint: {err}") from err
+        meta = json.loads(meta["minibert"]) if "minibert" in meta else meta  # files before the single key
+    except (SafetensorError, OSError, json.JSONDecodeError) as err:
+        raise ArtifactError(f"{path} is not a readable safetensors checkpoint (truncated or damaged: {err}); "
+                            "delete it and rerun the stage that writes it") from err
     if "kind" not in meta or "model_config" not in meta:
-        raise ValueError(f"{path} has no minibert metadata (kind, model_config); was it written by save_model?")
+        raise ArtifactError(f"{path} has no minibert metadata (kind, model_config); was it written by save_model?")
+    return meta
+
+
+def read_metadata(path: str | os.PathLike[str]) -> tuple[str, ModelConfig, ClassifierConfig | None]:
+    """(kind, model config, classifier config or None) from a checkpoint's header."""
+    path = Path(path)
+    meta = _header(path)
     cfg = ModelConfig.from_dict(json.loads(meta["model_config"]))
     head = ClassifierConfig(**json.loads(meta["classifier_config"])) if "classifier_config" in meta else None
     return meta["kind"], cfg, head
@@ -59,5 +73,26 @@ def load_model(path: str | os.PathLike[str]) -> tuple[MaskedLM | SequenceClassif
     """Rebuild the model a checkpoint was saved from; returns it in eval mode with its configs."""
     kind, cfg, head = read_metadata(path)
     model: MaskedLM | SequenceClassifier = build_mlm(cfg) if kind == "mlm" else build_classifier(cfg, head)
-    model.load_state_dict(load_file(str(path)), strict=True)
+    try:
+        state = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ArtifactError(f"{path}: the weights are unreadable (truncated or damaged: {err}); "
+                            "delete it and rerun the stage that writes it") from err
+    model.load_state_dict(state, strict=True)
     return model.eval(), cfg, head
+
+
+def check_tokenizer(path: str | os.PathLike[str], tok: Tokenizer, tokenizer_path: str | os.PathLike[str]) -> None:
+    """ArtifactError unless ``tok`` is the tokenizer the checkpoint at ``path`` was trained with:
+    the same vocabulary digest when the checkpoint records one, else the same vocabulary size."""
+    path = Path(path)
+    meta = _header(path)
+    recorded = meta.get("vocabulary_sha256")
+    size = ModelConfig.from_dict(json.loads(meta["model_config"])).vocab_size
+    if recorded is not None and recorded != vocabulary_digest(tok):
+        raise ArtifactError(f"{tokenizer_path} is not the tokenizer {path} was trained with (vocabulary digest "
+                            f"{vocabulary_digest(tok)[:12]} vs {recorded[:12]}); use that run's tokenizer.json, "
+                            "or retrain the model with this one")
+    if tok.get_vocab_size() != size:
+        raise ArtifactError(f"{tokenizer_path} has {tok.get_vocab_size()} tokens but {path} was trained with a vocabulary "
+                            f"of {size}; use that run's tokenizer.json, or retrain the model with this one")

@@ -1,12 +1,19 @@
-"""Atomic file output for the library: readers see the old file or the complete new one."""
+"""Atomic file output for the library (readers see the old file or the complete new one), and the
+error for artifacts that cannot be used (damaged, truncated, or not matching each other)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+class ArtifactError(ValueError):
+    """A model, checkpoint or tokenizer file is unreadable or does not match another one; the
+    message names the file(s) and what to do."""
 
 
 @contextmanager
@@ -18,11 +25,11 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.stem}.", suffix=f".tmp{target.suffix}", dir=target.parent)
-    os.close(fd)
-    tmp = Path(name)
+    # a private folder, not mkstemp: the file is created by its writer, with the umask's permissions
+    folder = Path(tempfile.mkdtemp(prefix=f".{target.stem}.", suffix=".tmp", dir=target.parent))
+    tmp = folder / target.name
     try:
         yield tmp
         os.replace(tmp, target)
     finally:
-        tmp.unlink(missing_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -7,6 +7,8 @@ Reference: BERT's uncased WordPiece (``BertNormalizer`` with lower-casing and ac
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from tokenizers import (
     trainers,
 )
 
-from minibert.files import atomic_output
+from minibert.files import ArtifactError, atomic_output
 from minibert.validation import ConfigError, check_types
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in this order
@@ -101,11 +103,18 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as err:
-        raise ValueError(f"{path} is not a valid tokenizer.json: {err}") from err
+        raise ArtifactError(f"{path} is not a valid tokenizer.json ({err}); rebuild it (the tokenizer stage)") from err
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(token) != expected_id:
-            raise ValueError(f"{path}: special token {token} has id {tok.token_to_id(token)}, expected {expected_id}")
+            raise ArtifactError(f"{path}: special token {token} has id {tok.token_to_id(token)}, expected {expected_id}; "
+                                "was it written by minibert's tokenizer stage?")
     return tok
+
+
+def vocabulary_digest(tok: Tokenizer) -> str:
+    """sha256 of the token -> id table: two tokenizers with the same digest encode alike."""
+    table = json.dumps(sorted(tok.get_vocab(with_added_tokens=True).items()), ensure_ascii=False)
+    return hashlib.sha256(table.encode("utf-8")).hexdigest()
 
 
 def to_transformers_tokenizer(path: str | os.PathLike[str], model_max_length: int = 512) -> Any:

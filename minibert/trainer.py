@@ -29,7 +29,7 @@ from torch.optim.lr_scheduler import (
     SequentialLR,
 )
 
-from minibert.files import atomic_output
+from minibert.files import ArtifactError, atomic_output
 from minibert.validation import ConfigError, check_choice, check_types
 
 
@@ -193,8 +193,13 @@ class Checkpointer:
     def load(self) -> dict | None:
         if not self.path.is_file():
             return None
-        state = torch.load(self.path, weights_only=False)
-        return state if state.get("fingerprint") == self.fingerprint else None
+        try:  # tensors and plain containers only: nothing in a checkpoint is unpickled as code
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as err:  # a damaged pickle fails with any of several errors (IndexError, EOFError, ...)
+            raise ArtifactError(f"{self.path}: the resume checkpoint is unreadable (truncated or damaged; "
+                                f"torch.load with weights_only=True raised {type(err).__name__}); "
+                                "delete it to train this stage from step 0") from err
+        return state if isinstance(state, dict) and state.get("fingerprint") == self.fingerprint else None
 
     def save(self, state: dict) -> None:
         with atomic_output(self.path) as tmp:

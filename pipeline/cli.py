@@ -17,7 +17,7 @@ from pathlib import Path
 
 from minibert.config import PRESETS
 from minibert.model import build_mlm, parameter_counts
-from pipeline.io import DataError
+from pipeline.io import DataError, text_lines
 
 
 def count_parameters(name: str) -> tuple[int, int]:
@@ -124,10 +124,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     params = load_params()
     texts = list(args.texts)
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            raise DataError(f"text argument {number} is empty; give it words to classify (or leave it out)")
     if args.file is not None:
         if not args.file.is_file():
             raise FileNotFoundError(f"{args.file}: no such file (one text a line)")
-        texts += [line for line in args.file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts += [line for _, line in text_lines(args.file) if line.strip()]  # blank lines separate nothing
     if not texts:
         raise DataError("nothing to predict: give texts as arguments or --file with one text a line")
     configure(params.tracking.experiment, project_root())

@@ -7,10 +7,12 @@ names the file and the fix when something is off.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
 import tempfile
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,3 +78,21 @@ def read_table(path: str | os.PathLike[str], columns: Sequence[str]) -> pd.DataF
     if missing:
         raise DataError(f"{path}: missing column(s) {missing}; found {list(df.columns)}; rerun `dvc repro prepare`")
     return df
+
+
+def text_lines(path: Path, compressed: bool = False) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a UTF-8 text file (gzipped if ``compressed``), without the newline;
+    DataError naming the line on bytes that are not UTF-8, and on a damaged gzip stream."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; pull the raw data first (dvc pull, or make pipeline)")
+    opener = gzip.open if compressed else open
+    try:
+        with opener(path, "rb") as f:
+            for line_no, raw in enumerate(f, start=1):
+                try:
+                    yield line_no, raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as err:
+                    raise DataError(f"{path}, line {line_no}: byte {raw[err.start]:#04x} at column {err.start + 1} is not "
+                                    "UTF-8; re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from err
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise DataError(f"{path}: not a complete gzip file ({err}); pull it again (dvc pull --force)") from err

@@ -40,11 +40,34 @@ class PrepareParams:
     corpus_max_docs: int | None = None  # IMDb unlabeled reviews in the pretraining corpus; None = all
     min_chars: int = 2  # texts shorter than this after normalisation are dropped
 
+RULES: dict[str, tuple[Any, str]] = {
+    "> 0": (lambda v: v > 0, "> 0"),
+    ">= 0": (lambda v: v >= 0, ">= 0"),
+    ">= 1": (lambda v: v >= 1, ">= 1"),
+    "[0, 1]": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "[0, 1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "(0, 1)": (lambda v: 0 < v < 1, "in (0, 1)"),
+    "(0, 1]": (lambda v: 0 < v <= 1, "in (0, 1]"),
+}
+
+
+def check_ranges(section: str, obj: Any, rules: dict[str, str]) -> None:
+    """ConfigError naming ``section.key``, its value and the allowed range for the first value out
+    of range (None, for optional keys, is always allowed)."""
+    for key, rule in rules.items():
+        value = getattr(obj, key)
+        ok, text = RULES[rule]
+        if value is not None and not ok(value):
+            raise ConfigError(f"{section}.{key}: {value} is out of range; expected {text}")
+
 
 def check_window(section: str, cfg: Any) -> None:
     """Sliding windows need room for [CLS] x [SEP] and a step no longer than a window's body."""
     if cfg.max_length < 3 or not 0 < cfg.stride <= cfg.max_length - 2:
         raise ConfigError(f"{section}: need max_length >= 3 and 0 < stride <= max_length - 2; got {cfg}")
+
+    def __post_init__(self) -> None:
+        check_ranges("prepare", self, {"val_fraction": "(0, 1)", "max_train_rows": ">= 1", "max_dev_rows": ">= 1", "corpus_max_docs": ">= 1", "min_chars": ">= 0"})
 
 
 @dataclass(frozen=True)
@@ -64,6 +87,9 @@ class TokenizerParams:
     vocab_size: int = 8000
     min_frequency: int = 2
     lowercase: bool = True
+
+    def __post_init__(self) -> None:
+        check_ranges("tokenizer", self, {"vocab_size": ">= 1", "min_frequency": ">= 1"})
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,9 @@ class PretrainParams:
     embedding_init: Literal["random", "ppmi_svd"] = "random"  # ppmi_svd: word vectors from corpus co-occurrences first
     ppmi: PPMIConfig = field(default_factory=PPMIConfig)
 
+    def __post_init__(self) -> None:
+        check_ranges("pretrain", self, {"mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_rows": ">= 1"})
+
 
 @dataclass(frozen=True)
 class TransferParams:
@@ -98,6 +127,7 @@ class TransferParams:
     truncation: Literal["head", "head_tail"] = "head_tail"
 
     def __post_init__(self) -> None:
+        check_ranges("finetune.transfer", self, {"epochs": "> 0", "time_budget_min": "> 0"})
         check_window("transfer", self)
 
 
@@ -124,6 +154,9 @@ class FinetuneParams:
     eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
     transfer: TransferParams = field(default_factory=TransferParams)
 
+    def __post_init__(self) -> None:
+        check_ranges("finetune", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "dropout": "[0, 1)", "accumulate": ">= 1", "llrd": "(0, 1]", "unfreeze_every": ">= 0", "adv_epsilon": "> 0", "pgd_alpha": "> 0", "pgd_steps": ">= 1", "patience": ">= 0", "log_every": ">= 1", "eval_every": ">= 1"})
+
 
 @dataclass(frozen=True)
 class BaselineParams:
@@ -132,6 +165,9 @@ class BaselineParams:
     sublinear_tf: bool = True
     C: float = 4.0
     max_iter: int = 2000
+
+    def __post_init__(self) -> None:
+        check_ranges("baseline", self, {"ngram_max": ">= 1", "min_df": ">= 1", "C": "> 0", "max_iter": ">= 1"})
 
 
 @dataclass(frozen=True)
@@ -149,6 +185,7 @@ class DistillParams:
     log_every: int = 25
 
     def __post_init__(self) -> None:
+        check_ranges("distill", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "log_every": ">= 1"})
         if self.temperature <= 0:
             raise ConfigError(f"distill.temperature: {self.temperature} must be > 0")
         if not 0.0 <= self.alpha <= 1.0:
@@ -198,6 +235,9 @@ class EvaluateParams:
 class RegisterParams:
     model_name: str = "minibert-sst2"
     min_accuracy: float = 0.0  # refuse to register below this dev accuracy
+
+    def __post_init__(self) -> None:
+        check_ranges("register", self, {"min_accuracy": "[0, 1]"})
 
 
 @dataclass(frozen=True)

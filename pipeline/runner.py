@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from minibert.files import ArtifactError
 from minibert.validation import ConfigError
 from pipeline.io import DataError, StageError
 
-USER_ERRORS = (ConfigError, DataError, FileNotFoundError, StageError)
+USER_ERRORS = (ArtifactError, ConfigError, DataError, FileNotFoundError, StageError)
 
 
 def run_main(main: Callable[[], object], exit: bool = True) -> int:

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from minibert.checkpoint import load_model, save_model
+from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import Distiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Tracker
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.stages.common import finish_stage
@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     inputs = [train_path, val_path, args.tokenizer, args.teacher, args.teacher_logits]
     with stage_run("distill", params, ["task", "distill"], inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
+        check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, head_cfg = load_model(args.teacher)
         student_cfg = params.student_config(tok.get_vocab_size())
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         train = encode_train(tok, train_df, task)
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, train,
                                load_logits(args.teacher_logits, train[1]), validation(tok, val_df, task), tracker)
-        save_model(student, student_cfg, args.out, head_cfg)
+        save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from minibert.checkpoint import load_model
+from minibert.checkpoint import check_tokenizer, load_model
 from minibert.quantize import load_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import load_tokenizer
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(test, test_path.stem, test_path, context="evaluation")
         tok = load_tokenizer(args.tokenizer)
         baseline = joblib.load(args.baseline)
+        for checkpoint in (args.teacher, args.student):
+            check_tokenizer(checkpoint, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
         student, _, _ = load_model(args.student)
         int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minibert.batching import pad_batch, sorted_batches
-from minibert.checkpoint import load_model
+from minibert.checkpoint import check_tokenizer, load_model
 from minibert.export import export_onnx, load_session, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg, task = params.export, params.task
     test_path = split_path(args.data, task, "test")
     with stage_run("export", params, ["task", "export"], [args.student, test_path, args.tokenizer]) as tracker:
-        student, model_cfg, _ = load_model(args.student)
         tok = load_tokenizer(args.tokenizer)
+        check_tokenizer(args.student, tok, args.tokenizer)
+        student, model_cfg, _ = load_model(args.student)
         documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
         sequences, _ = document_windows(documents, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
         metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(sequences)}

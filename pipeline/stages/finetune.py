@@ -29,11 +29,11 @@ from tokenizers import Tokenizer
 from torch import Tensor
 
 from minibert.batching import EpochStream, pad_batch
-from minibert.checkpoint import load_model, save_model
+from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Hooks, LoopConfig, Tracker, fit
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
@@ -193,6 +193,7 @@ def main(argv: list[str] | None = None) -> None:
         for (path, df), context in zip(transfer, ("transfer training", "transfer validation")):
             tracker.log_dataset(df, path.stem, path, context=context)
         if cfg.from_pretrained:
+            check_tokenizer(args.pretrained, tok, args.tokenizer)
             mlm, model_cfg, _ = load_model(args.pretrained)
             backbone = mlm.backbone
         else:
@@ -201,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
         model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker)
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker)
         metrics.update(transfer_metrics)
-        save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout))
+        save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout), vocabulary_digest(tok))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 

@@ -15,8 +15,6 @@ SST-2's test of record, the IMDb test split IMDb's.
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import hashlib
 import json
 import re
@@ -26,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.io import DataError, atomic_path, write_json
+from pipeline.io import DataError, atomic_path, text_lines, write_json
 from pipeline.params import Params, PrepareParams, load_params
 from pipeline.tracking import stage_run
 
@@ -38,39 +36,50 @@ def normalise(text: str) -> str:
     return SPACE.sub(" ", BR.sub(" ", text)).strip()
 
 
+def require_text(path: Path, line_no: int, text: str) -> None:
+    if not text.strip():
+        raise DataError(f"{path}, line {line_no}: the text is empty; delete the line or fill in the text")
+
+
 def read_sst2(path: Path) -> pd.DataFrame:
     """GLUE SST-2 train/dev TSV: header ``sentence\\tlabel``, labels 0/1."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; pull the raw data first (dvc pull, or make pipeline)")
-    rows = []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header != ["sentence", "label"]:
-            raise DataError(f"{path}: header is {header}, expected ['sentence', 'label'] (GLUE SST-2 format)")
-        for line_no, fields in enumerate(reader, start=2):
-            if len(fields) != 2:
-                raise DataError(f"{path}, line {line_no}: expected 2 tab-separated fields, got {len(fields)}")
-            if fields[1] not in ("0", "1"):
-                raise DataError(f"{path}, line {line_no}: label {fields[1]!r} is not 0 or 1")
-            rows.append((fields[0], int(fields[1])))
+    rows, header = [], None
+    for line_no, line in text_lines(path):
+        fields = line.split("\t")
+        if header is None:
+            header = fields
+            if header != ["sentence", "label"]:
+                raise DataError(f"{path}: header is {header}, expected ['sentence', 'label'] (GLUE SST-2 format: "
+                                "a tab-separated header line 'sentence<TAB>label', then one row per sentence)")
+            continue
+        if len(fields) != 2:
+            raise DataError(f"{path}, line {line_no}: expected 2 tab-separated fields, got {len(fields)}")
+        if fields[1] not in ("0", "1"):
+            raise DataError(f"{path}, line {line_no}: label {fields[1]!r} is not 0 or 1")
+        require_text(path, line_no, fields[0])
+        rows.append((fields[0], int(fields[1])))
+    if header is None:
+        raise DataError(f"{path} is empty; expected the header 'sentence<TAB>label' and one row per sentence")
+    if not rows:
+        raise DataError(f"{path} has a header but no rows")
     return pd.DataFrame(rows, columns=["text", "label"])
 
 
 def read_imdb(path: Path, labels: tuple[int, ...]) -> pd.DataFrame:
     """IMDb JSON Lines (gzipped): objects with ``text`` and ``label`` in ``labels``."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; pull the raw data first (dvc pull, or make pipeline)")
     rows = []
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}, line {line_no}: not valid JSON ({err})") from err
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or obj.get("label") not in labels:
-                raise DataError(f"{path}, line {line_no}: need a string 'text' and a 'label' in {list(labels)}")
-            rows.append((obj["text"], obj["label"]))
+    for line_no, line in text_lines(path, compressed=True):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}, line {line_no}: not valid JSON ({err})") from err
+        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or obj.get("label") not in labels:
+            got = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+            raise DataError(f"{path}, line {line_no}: need a string 'text' and a 'label' in {list(labels)}; got {got}")
+        require_text(path, line_no, obj["text"])
+        rows.append((obj["text"], obj["label"]))
+    if not rows:
+        raise DataError(f"{path} has no rows; expected one JSON object per line with 'text' and 'label'")
     return pd.DataFrame(rows, columns=["text", "label"])
 
 

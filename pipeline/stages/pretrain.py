@@ -32,7 +32,7 @@ from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
-from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer
+from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer, vocabulary_digest
 from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, Tracker, fit
 from pipeline.io import read_table
 from pipeline.params import Params, PretrainParams, flatten, load_params
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                                   "inputs": data_digests([args.corpus, args.tokenizer], project_root())}, sort_keys=True)
         checkpointer = Checkpointer(args.resume, hashlib.sha256(fingerprint.encode()).hexdigest())
         model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker, checkpointer)
-        save_model(model, model_cfg, args.out)
+        save_model(model, model_cfg, args.out, vocabulary=vocabulary_digest(tok))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
 

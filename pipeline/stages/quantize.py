@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minibert.checkpoint import load_model
+from minibert.checkpoint import check_tokenizer, load_model
 from minibert.export import load_session, session_callable
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
 from minibert.tokenizer import load_tokenizer
@@ -39,11 +39,13 @@ def main(argv: list[str] | None = None) -> None:
     val_path = split_path(args.data, params.task, "val")
     inputs = [args.student, args.fused, val_path, args.tokenizer]
     with stage_run("quantize", params, ["task", "quantize", "export"], inputs) as tracker:
+        tok = load_tokenizer(args.tokenizer)
+        check_tokenizer(args.student, tok, args.tokenizer)
         student, _, _ = load_model(args.student)
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel)
-        val_logits, labels = validation(load_tokenizer(args.tokenizer), load_split(args.data, params.task, "val"), params.task)
+        val_logits, labels = validation(tok, load_split(args.data, params.task, "val"), params.task)
         threads = params.export.threads
         accuracy = {
             name: classification_metrics(labels, val_logits(model))["accuracy"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minibert.checkpoint import load_model
+from minibert.checkpoint import check_tokenizer, load_model
 from minibert.inference import predict_logits
 from minibert.tokenizer import load_tokenizer
 from pipeline.io import DataError, atomic_path
@@ -58,8 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     task = params.task
     train_path = split_path(args.data, task, "train")
     with stage_run("teacher_logits", params, ["task"], [train_path, args.tokenizer, args.teacher]) as tracker:
+        tok = load_tokenizer(args.tokenizer)
+        check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        sequences, labels = encode_train(load_tokenizer(args.tokenizer), load_split(args.data, task, "train"), task)
+        sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
         start = time.perf_counter()
         logits = predict_logits(teacher.eval(), sequences, batch_size=128)  # (N, L)
         seconds = time.perf_counter() - start
