@@ -93,7 +93,7 @@ def make_model(variant: str, vocab: int):
 def worker(variant: str, data_path: Path, steps: int, threads: int) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    data = torch.load(data_path)
+    data = torch.load(data_path, weights_only=True)
     model, loss_of = make_model(variant, data["vocab"])
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)

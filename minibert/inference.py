@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from minibert.batching import batched_logits
-from minibert.tokenizer import CLS, SEP
+from minibert.tokenizer import CLS, SEP, encodable
 from minibert.windows import aggregate_windows, document_windows
 
 
@@ -45,11 +45,11 @@ def encode(tokenizer: Tokenizer, texts: Sequence[str], max_length: int, truncati
     if truncation == "head_tail":
         tokenizer.no_truncation()
         cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
-        docs = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        docs = tokenizer.encode_batch([encodable(t) for t in texts], add_special_tokens=False)
         return [[cls_id, *head_tail(e.ids, max_length - 2), sep_id] for e in docs]
     tokenizer.enable_truncation(max_length=max_length)
     try:
-        return [e.ids for e in tokenizer.encode_batch(list(texts))]
+        return [e.ids for e in tokenizer.encode_batch([encodable(t) for t in texts])]
     finally:
         tokenizer.no_truncation()
 

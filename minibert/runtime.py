@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from minibert.batching import batched_logits
 from minibert.export import DEVICES, OPTIMIZATION_LEVELS, load_session, onnx_logits
-from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
+from minibert.tokenizer import CLS, PAD, SEP, encodable, load_tokenizer
 from minibert.validation import ConfigError, check_choice, check_types
 from minibert.windows import AGGREGATIONS, aggregate_windows, document_windows
 
@@ -108,7 +108,7 @@ class TextClassifier:
         """(N, L) logits, one row a text of any length (windows combined by ``cfg.aggregate``)."""
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not one string; wrap it in a list")
-        encoded = self._encode(list(texts), add_special_tokens=False)
+        encoded = self._encode([encodable(t) for t in texts], add_special_tokens=False)
         windows, counts = document_windows([e.ids for e in encoded], self.cfg.max_length, self.cfg.stride,
                                            self.cls_id, self.sep_id)
         return aggregate_windows(self.window_logits(windows), counts, self.cfg.aggregate)

@@ -111,6 +111,16 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     return tok
 
 
+def encodable(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates (which tokenizers refuses) replaced by U+FFFD; valid
+    surrogate pairs become the character they encode. Other text is returned as is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def vocabulary_digest(tok: Tokenizer) -> str:
     """sha256 of the token -> id table: two tokenizers with the same digest encode alike."""
     table = json.dumps(sorted(tok.get_vocab(with_added_tokens=True).items()), ensure_ascii=False)

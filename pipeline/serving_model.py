@@ -29,6 +29,16 @@ def windows(ids: list[int], max_length: int, stride: int, cls_id: int, sep_id: i
     return [[cls_id, *ids[s : s + body], sep_id] for s in starts]
 
 
+def encodable(text: str) -> str:
+    """Lone UTF-16 surrogates (JSON allows them; tokenizers refuses them) -> U+FFFD. The same rule
+    as ``minibert.tokenizer.encodable``; repeated here because the serving environment has no minibert."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 class SentimentModel(PythonModel):
     def load_context(self, context):  # noqa: ANN001 - untyped: MLflow reads predict's hints as a schema
         import onnxruntime as ort
@@ -50,7 +60,7 @@ class SentimentModel(PythonModel):
     def logits(self, texts: list[str]) -> np.ndarray:
         """(N, L) logits, one row a text, through sliding windows."""
         owner, rows = [], []
-        for doc, enc in enumerate(self.tokenizer.encode_batch(texts, add_special_tokens=False)):
+        for doc, enc in enumerate(self.tokenizer.encode_batch([encodable(t) for t in texts], add_special_tokens=False)):
             for window in windows(enc.ids, self.max_length, self.stride, self.cls_id, self.sep_id):
                 owner.append(doc)
                 rows.append(window)

@@ -156,6 +156,9 @@ def test_registry_holds_a_loadable_challenger(project: tuple[Path, str]) -> None
     assert str(version.version) == "1" and version.tags["git_commit"] == sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
     import pandas as pd
 
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/minibert-sst2/{version.version}"))
+    kept = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+    assert "serving_model.py" in kept and not [p for p in kept if p.endswith((".pkl", ".pickle", ".joblib", ".pt"))], kept
     model = mlflow.pyfunc.load_model("models:/minibert-sst2@challenger")
     out = model.predict(pd.DataFrame({"text": ["a moving , funny film", "flat , boring and far too long"]}))
     assert list(out.columns) == ["label", "probability"] and len(out) == 2
@@ -274,30 +277,41 @@ def test_malformed_raw_data_fails_cleanly_and_writes_nothing(project: tuple[Path
 
 
 def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Path, str], tmp_path: Path) -> None:
+    """kill -9 mid-run, rerun: it resumes from the last checkpoint and ends with the same weights
+    (byte for byte) and metrics as an uninterrupted run with the same params."""
     dest, _ = project
     params = dest / "params.yaml"
     original = params.read_text()
     data = yaml.safe_load(original)
-    data["pretrain"].update(max_steps=400, checkpoint_every=20, log_every=20)
+    data["pretrain"].update(max_steps=400, checkpoint_every=20, log_every=20, time_budget_min=None)
     params.write_text(yaml.safe_dump(data))
     resume = dest / ".minibert" / "resume" / "pretrain.pt"
-    cmd = [sys.executable, "-m", "pipeline.stages.pretrain", "--out", str(tmp_path / "m.safetensors"),
-           "--metrics", str(tmp_path / "pretrain.json")]
+
+    def cmd(name: str) -> list[str]:
+        return [sys.executable, "-m", "pipeline.stages.pretrain", "--out", str(tmp_path / f"{name}.safetensors"),
+                "--metrics", str(tmp_path / f"{name}.json")]
+
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MINIBERT_PARENT_RUN_ID", None)
     try:
-        proc = subprocess.Popen(cmd, cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sh(cmd("uninterrupted"), dest)
+        proc = subprocess.Popen(cmd("killed"), cwd=dest, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 120
         while not resume.exists() and proc.poll() is None and time.time() < deadline:
             time.sleep(0.05)
-        proc.kill()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert resume.exists(), "no checkpoint was written before the kill"
-        assert not (tmp_path / "m.safetensors").exists(), "a killed run leaves no model behind"
-        sh(cmd, dest)
-        metrics = json.loads((tmp_path / "pretrain.json").read_text())
-        assert metrics["resumed_from_step"] >= 20 and metrics["steps"] == 400
+        assert not (tmp_path / "killed.safetensors").exists(), "a killed run leaves no model behind"
+        sh(cmd("killed"), dest)
+        resumed, whole = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("killed", "uninterrupted"))
+        assert resumed["resumed_from_step"] >= 20 and resumed["steps"] == 400
         assert not resume.exists(), "the finished run removed its checkpoint"
+        timing = {"resumed_from_step", "train_seconds", "ppmi_seconds"}
+        assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
+        assert (tmp_path / "killed.safetensors").read_bytes() == (tmp_path / "uninterrupted.safetensors").read_bytes()
+        print(f"resumed from step {resumed['resumed_from_step']}: mlm_loss {resumed['mlm_loss']} == {whole['mlm_loss']}")
     finally:
         params.write_text(original)
 

@@ -141,6 +141,26 @@ def test_predict_reads_the_champion_and_names_a_missing_alias(registry, tmp_path
     assert missing.returncode == 2 and "models:/minibert-sst2@gold: not in the registry" in missing.stderr
     empty = cli(root, "predict", check=False)
     assert empty.returncode == 2 and "nothing to predict" in empty.stderr
+    blank = cli(root, "predict", "fine", "  ", check=False)
+    assert blank.returncode == 2 and "error: text argument 2 is empty" in blank.stderr and blank.stdout == ""
+    latin = root / "latin.txt"
+    latin.write_bytes("good\ncaf\xe9\n".encode("latin-1"))
+    refused = cli(root, "predict", "--file", str(latin), check=False)
+    assert refused.returncode == 2 and "latin.txt, line 2: byte 0xe9 at column 4 is not UTF-8" in refused.stderr
+
+
+def test_predict_labels_ten_thousand_lines_and_a_100k_character_text(registry, tmp_path: Path) -> None:
+    root, _ = registry
+    rng = np.random.default_rng(1)
+    many = root / "many.txt"
+    texts = toy_texts(rng, rng.integers(1, 40, size=10_000))
+    many.write_text("\n".join(texts) + "\n")
+    lines = cli(root, "predict", "--file", str(many)).stdout.splitlines()
+    assert len(lines) == 10_000 and [line.split("\t", 2)[2] for line in lines] == texts
+    assert all(line.split("\t")[0] in ("positive", "negative") and 0.5 <= float(line.split("\t")[1]) <= 1 for line in lines)
+    long_text = " ".join(toy_texts(rng, [20_000]))[:100_000]
+    (label, probability, text), = [line.split("\t") for line in cli(root, "predict", long_text).stdout.splitlines()]
+    assert label in ("positive", "negative") and 0.5 <= float(probability) <= 1 and len(text) == 100_000
 
 
 def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:

@@ -2,7 +2,7 @@
 
 The yardstick every report carries, so it is plain what the transformer buys. The reference
 figure on this machine (data README): uni+bigrams, sublinear tf, min_df 2, C=4 -> 82.0 on dev.
-The fitted scikit-learn pipeline is written with joblib (pickle: load only files you made).
+The fitted scikit-learn pipeline is written with skops (no pickle: loading it runs no code).
 """
 
 from __future__ import annotations
@@ -11,18 +11,30 @@ import argparse
 import time
 from pathlib import Path
 
-import joblib
 import pandas as pd
+import skops.io
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
 
+from minibert.files import ArtifactError
 from pipeline.io import atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import BaselineParams, Params, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.task import load_split, split_path
 from pipeline.tracking import stage_run
+
+
+def load_baseline(path: Path) -> Pipeline:
+    """The fitted pipeline from a skops file; only types skops trusts by default are rebuilt."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run the baseline stage first (dvc repro baseline)")
+    try:
+        return skops.io.load(path)
+    except Exception as err:  # damaged zip, or a type skops does not trust: never load it anyway
+        raise ArtifactError(f"{path} is not a loadable skops baseline ({type(err).__name__}: {err}); "
+                            "delete it and rerun `dvc repro baseline`") from err
 
 
 def run(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pipeline, dict[str, float]]:
@@ -41,7 +53,7 @@ def run(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pi
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
-    parser.add_argument("--out", type=Path, default=Path("models/baseline/model.joblib"))
+    parser.add_argument("--out", type=Path, default=Path("models/baseline/model.skops"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
@@ -51,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(train, train_path.stem, train_path, context="training")
         model, metrics = run(params.baseline, train, val)
         with atomic_path(args.out) as tmp:
-            joblib.dump(model, tmp)
+            skops.io.dump(model, tmp)
         finish_stage(tracker, metrics, args.metrics)
 
 

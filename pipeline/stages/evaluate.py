@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import joblib
 import numpy as np
 import pandas as pd
 import torch
@@ -36,6 +35,7 @@ from pipeline.io import atomic_path, write_json
 from pipeline.metrics import classification_metrics, percentiles_ms
 from pipeline.params import EvaluateParams, Params, TaskParams, load_params
 from pipeline.plots import tradeoff_chart
+from pipeline.stages.baseline import load_baseline
 from pipeline.task import load_split, split_path, text_logits
 from pipeline.tracking import stage_run
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
-    parser.add_argument("--baseline", type=Path, default=Path("models/baseline/model.joblib"))
+    parser.add_argument("--baseline", type=Path, default=Path("models/baseline/model.skops"))
     parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
     parser.add_argument("--student", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--int8", type=Path, default=Path("models/quantize/student_int8.pt"))
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         test = load_split(args.data, task, "test")
         tracker.log_dataset(test, test_path.stem, test_path, context="evaluation")
         tok = load_tokenizer(args.tokenizer)
-        baseline = joblib.load(args.baseline)
+        baseline = load_baseline(args.baseline)
         for checkpoint in (args.teacher, args.student):
             check_tokenizer(checkpoint, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
