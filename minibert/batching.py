@@ -79,7 +79,8 @@ class EpochStream:
     generator carries its randomness (MLM masking), so it is part of the saved state. An
     epoch's batch plan is a pure function of (seed, epoch): the state is (epoch, position,
     generator state), and a stream restored from it yields exactly the batches the original
-    would have yielded next.
+    would have yielded next. With ``shard=(rank, size)`` every process follows the same plan and
+    keeps its share of each batch (data-parallel training).
     """
 
     def __init__(
@@ -88,7 +89,9 @@ class EpochStream:
         batch_size: int,
         seed: int,
         make_batch: Callable[[np.ndarray, torch.Generator], tuple[Tensor, ...]],
+        shard: tuple[int, int] = (0, 1),
     ) -> None:
+        self.shard = shard  # (rank, world size): this process takes rows rank, rank + size, ... of each batch
         self.lengths = np.asarray(lengths)
         self.batch_size = batch_size
         self.seed = seed
@@ -111,7 +114,10 @@ class EpochStream:
             self._plan = self._plan_for(self.epoch)
         index = self._plan[self.position]
         self.position += 1
-        return self.make_batch(index, self.generator)
+        rank, size = self.shard
+        if size > 1 and len(index) < size:  # a last batch too small to share: every rank skips it alike
+            return next(self)
+        return self.make_batch(index[rank::size], self.generator)
 
     def batches_per_epoch(self) -> int:
         return -(-len(self.lengths) // self.batch_size)

@@ -12,6 +12,8 @@ Side effects (metrics) go through a ``Tracker``; ``NullTracker`` records nothing
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ from torch.optim.lr_scheduler import (
     SequentialLR,
 )
 
+from minibert.distributed import World
 from minibert.files import ArtifactError, atomic_output
 from minibert.validation import ConfigError, check_choice, check_types
 
@@ -222,6 +225,7 @@ def fit(
     tracker: Tracker,
     hooks: Hooks | None = None,
     checkpointer: Checkpointer | None = None,
+    world: World | None = None,
 ) -> LoopResult:
     """Train until ``loop.max_steps`` optimizer steps or the time budget; returns what happened.
 
@@ -230,8 +234,17 @@ def fit(
     With a ``checkpointer``, state is saved every ``loop.checkpoint_every`` steps and a run that
     finds a matching checkpoint continues from it (model, optimizer, scheduler, RNG, data
     position, elapsed time, evaluations); the file is removed when the run completes.
+
+    With a ``world`` of several processes (``torchrun``), ``batches`` must be each rank's shard
+    of the same global batches; gradients are averaged across ranks, every rank ends with the
+    same weights, and only rank 0 logs, reports progress and writes checkpoints.
     """
     hooks = hooks or Hooks()
+    world = world or World()
+    if world.distributed and hooks.adversary is not None:
+        raise ConfigError("adversarial training (FGM / PGD) is not supported across processes yet; run it in one process")
+    if not world.main:
+        tracker, hooks = NullTracker(), dataclasses.replace(hooks, progress=None)
     device = next(model.parameters()).device
     autocast_dtype = PRECISIONS[loop.precision]
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
@@ -243,10 +256,19 @@ def fit(
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         scheduler.load_state_dict(saved["scheduler"])
-        batches.load_state_dict(saved["batches"])  # type: ignore[attr-defined]
-        torch.set_rng_state(saved["torch_rng"])
+        per_rank = saved["per_rank"]  # data position and RNG of each process
+        if len(per_rank) != world.size:
+            raise ArtifactError(f"{checkpointer.path} was written by a run of {len(per_rank)} process(es), this one has "
+                                f"{world.size}; resume with as many, or delete it to start over")
+        batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
+        torch.set_rng_state(per_rank[world.rank]["torch_rng"])
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
     resumed_from = step
+    trained = model
+    if world.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        trained = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     start = time.perf_counter() - spent_before
     window_loss, window_tokens, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
     stopped_by, loss_value = "max_steps", float("nan")
@@ -261,18 +283,21 @@ def fit(
 
     model.train()
     while step < loop.max_steps:
-        if loop.time_budget_s is not None and time.perf_counter() - start >= loop.time_budget_s:
+        if loop.time_budget_s is not None and world.agree(time.perf_counter() - start >= loop.time_budget_s):
             stopped_by = "time_budget"
             break
         if hooks.before_step is not None:
             hooks.before_step(step)
         optimizer.zero_grad(set_to_none=True)
         loss_value, tokens = 0.0, 0
-        for _ in range(loop.accumulate):
+        for micro in range(loop.accumulate):
             batch = _to(next(batches), device)
-            with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
-                loss, n = loss_fn(model, batch)
-            (loss / loop.accumulate).backward()
+            last = micro == loop.accumulate - 1  # DDP averages gradients across ranks once, on the last micro-batch
+            sync = trained.no_sync() if world.distributed and not last else contextlib.nullcontext()
+            with sync:
+                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                    loss, n = loss_fn(trained, batch)
+                (loss / loop.accumulate).backward()
             if hooks.adversary is not None:
                 hooks.adversary.attack(model, batch, loss_fn, 1.0 / loop.accumulate)
             loss_value += float(loss.detach()) / loop.accumulate
@@ -287,9 +312,10 @@ def fit(
         window_loss, window_tokens, window_steps = window_loss + loss_value, window_tokens + tokens, window_steps + 1
         if step % loop.log_every == 0 or step == loop.max_steps:
             now = time.perf_counter()
+            loss_sum, tokens_sum = world.sum([window_loss, float(window_tokens)])  # every rank's share of the global batch
             tracker.log_metrics(
-                {"train_loss": window_loss / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                 "tokens_per_s": window_tokens / max(now - window_start, 1e-9)},
+                {"train_loss": loss_sum / world.size / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+                 "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)},
                 step=step,
             )
             window_loss, window_tokens, window_start, window_steps = 0.0, 0, now, 0
@@ -297,17 +323,19 @@ def fit(
             hooks.progress(step, loss_value)
         if hooks.evaluate is not None and loop.eval_every and step % loop.eval_every == 0 and step < loop.max_steps:
             run_eval(step)
-        if hooks.should_stop is not None and hooks.should_stop():
+        if hooks.should_stop is not None and world.agree(hooks.should_stop()):
             stopped_by = "hook"
             break
         if checkpointer is not None and loop.checkpoint_every and step % loop.checkpoint_every == 0 and step < loop.max_steps:
-            checkpointer.save({
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "batches": batches.state_dict(), "torch_rng": torch.get_rng_state(),  # type: ignore[attr-defined]
-                "step": step, "seconds": time.perf_counter() - start, "evals": evals,
-            })
+            per_rank = world.gather({"batches": batches.state_dict(), "torch_rng": torch.get_rng_state()})  # type: ignore[attr-defined]
+            if world.main:
+                checkpointer.save({
+                    "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "per_rank": per_rank, "step": step, "seconds": time.perf_counter() - start, "evals": evals,
+                })
     if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)
-    if checkpointer is not None:
+    if checkpointer is not None and world.main:
         checkpointer.clear()
+    world.barrier()
     return LoopResult(step, time.perf_counter() - start, loss_value, stopped_by, evals, resumed_from)

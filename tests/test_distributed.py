@@ -1,0 +1,75 @@
+"""Data-parallel training under torchrun (2 processes, gloo on CPU): the weights after N steps
+equal a single-process run with the same global batch, gradient accumulation syncs once a step,
+and only rank 0 logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import toy_tokenizer
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "tests" / "workers" / "ddp_train.py"
+TOLERANCE = 1e-5  # float32 sums in another order (two shards, then an all-reduce)
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+
+
+def train(out: Path, processes: int, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    tokenizer = out.parent / "tokenizer.json"
+    if not tokenizer.exists():
+        toy_tokenizer(out.parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
+    result = subprocess.run([*launcher, str(WORKER), "--out", str(out), "--tokenizer", str(tokenizer), *extra], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 or not check, result.stderr[-4000:]
+    return result
+
+
+def test_two_processes_end_with_the_weights_of_one_with_the_same_global_batch(tmp_path: Path) -> None:
+    train(tmp_path / "one", 1)
+    train(tmp_path / "two", 2)
+    single, ddp = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("one", "two"))
+    for name, tensor in single.items():
+        assert torch.allclose(ddp[name], tensor, atol=TOLERANCE, rtol=0), f"{name}: {float((ddp[name] - tensor).abs().max())}"
+    assert json.loads((tmp_path / "two" / "result.json").read_text()) == {"steps": 12, "world": 2}
+    logged = [json.loads(line) for line in (tmp_path / "two" / "log.rank0.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "train_loss" in row] == list(range(1, 13))
+    assert not (tmp_path / "two" / "log.rank1.jsonl").exists(), "rank 1 logged"
+    ones = [json.loads(line) for line in (tmp_path / "one" / "log.rank0.jsonl").read_text().splitlines()]
+    for a, b in zip(ones, logged):  # the same loss curve, step by step
+        assert abs(a["train_loss"] - b["train_loss"]) < 1e-4
+
+
+def test_a_killed_two_process_run_resumes_and_ends_like_an_uninterrupted_one(tmp_path: Path) -> None:
+    """Rank 0 dies before step 7 (torchrun then stops rank 1); the rerun resumes both ranks from
+    the step-4 checkpoint (model, optimizer, schedule, each rank's data position and RNG)."""
+    train(tmp_path / "whole", 2)
+    checkpoint = tmp_path / "resume.pt"
+    crashed = train(tmp_path / "killed", 2, "--checkpoint", str(checkpoint), "--crash-at", "6", check=False)
+    assert crashed.returncode != 0 and checkpoint.exists() and not (tmp_path / "killed" / "model.safetensors").exists()
+    train(tmp_path / "killed", 2, "--checkpoint", str(checkpoint))
+    assert (tmp_path / "killed" / "resumed_from.txt").read_text() == "4"
+    assert not checkpoint.exists(), "a finished run removes its checkpoint"
+    whole, resumed = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "killed"))
+    for name, tensor in whole.items():
+        assert torch.equal(resumed[name], tensor), name
+    refused = train(tmp_path / "other", 1, "--checkpoint", str(_leftover(tmp_path)), check=False)
+    assert refused.returncode != 0 and "was written by a run of 2 process(es), this one has 1" in refused.stderr
+
+
+def _leftover(tmp_path: Path) -> Path:
+    """A 2-process checkpoint left behind by a killed run."""
+    checkpoint = tmp_path / "leftover.pt"
+    train(tmp_path / "leftover", 2, "--checkpoint", str(checkpoint), "--crash-at", "6", check=False)
+    assert checkpoint.exists()
+    return checkpoint
