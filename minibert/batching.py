@@ -96,7 +96,7 @@ class EpochStream:
         self.batch_size = batch_size
         self.seed = seed
         self.make_batch = make_batch
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(seed + 7919 * shard[0])  # one plan, a mask stream per rank
         self.epoch, self.position = 0, 0
         self._plan: list[np.ndarray] | None = None
 

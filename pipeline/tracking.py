@@ -23,6 +23,7 @@ import mlflow
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
+from minibert.distributed import World
 from pipeline.io import DataError
 from pipeline.params import Params, flatten
 from pipeline.provenance import data_digests, git_commit
@@ -154,9 +155,32 @@ def pipeline_run(params: Params, root: Path | None = None, entry: str = "cli") -
         MlflowClient().set_terminated(run_id, status)
 
 
+class SilentTracker(MlflowTracker):
+    """What ranks other than 0 of a torchrun stage log to: nothing (rank 0 logs for the run)."""
+
+    def __init__(self) -> None:
+        super().__init__("", None)
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        pass
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        pass
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        pass
+
+    def log_dataset(self, df: Any, name: str, source: str | os.PathLike[str], context: str, targets: str | None = "label") -> None:
+        pass
+
+
 @contextlib.contextmanager
 def stage_run(stage: str, params: Params, sections: Sequence[str], inputs: Sequence[Path]) -> Iterator[MlflowTracker]:
-    """A nested run for one stage: flattened params of ``sections``, git commit, input digests."""
+    """A nested run for one stage: flattened params of ``sections``, git commit, input digests.
+    Under torchrun only rank 0 opens it; the other ranks get a tracker that logs nothing."""
+    if not World.from_env().main:
+        yield SilentTracker()
+        return
     root = project_root()
     experiment_id = configure(params.tracking.experiment, root)
     parent = os.environ.get(PARENT_ENV)

@@ -4,77 +4,27 @@ behind, and marks the stage's MLflow run FAILED when it had opened one. Also wha
 error (duplicates, a 100,000-character text) and that two runs with the same params on CPU write
 byte-identical models.
 
-A small project is built once: a few hundred real SST-2 / IMDb rows from ../shared/data (the tiny
-profile), then prepare, tokenizer and pretrain."""
+The project (``stage_project`` in conftest): a few hundred real SST-2 / IMDb rows, the tiny
+profile, prepare, tokenizer and pretrain run once."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data"
+from conftest import SHARED, jsonl_gz, last_run_status, read_jsonl_gz, run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (SHARED / "sst2").is_dir(), reason=f"{SHARED} not present")]
 
 
-def run_stage(root: Path, stage: str, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID")}
-    env.update(DVC_ROOT=str(root), PYTHONPATH=str(ROOT), MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run([sys.executable, "-m", f"pipeline.stages.{stage}", *map(str, args)], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def jsonl_gz(path: Path, rows: list[dict]) -> None:
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
-
-
-def read_jsonl_gz(path: Path, every: int) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for i, line in enumerate(f) if i % every == 0]
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("bad") / "project"
-    raw = root / "data" / "raw"
-    (raw / "sst2").mkdir(parents=True)
-    (raw / "imdb").mkdir()
-    for name, lines in (("train.tsv", 700), ("dev.tsv", 200)):
-        with open(SHARED / "sst2" / name, encoding="utf-8") as f:
-            (raw / "sst2" / name).write_text("".join(line for _, line in zip(range(lines), f)), encoding="utf-8")
-    for name, every in (("train", 100), ("test", 100), ("unsup", 200)):  # evenly spaced: both labels
-        jsonl_gz(raw / "imdb" / f"{name}.jsonl.gz", read_jsonl_gz(SHARED / "imdb" / f"{name}.jsonl.gz", every))
-    shutil.copy(ROOT / "profiles" / "tiny.yaml", root / "params.yaml")
-    for stage, args in (("prepare", ["--raw", raw, "--out", root / "data/prepared", "--metrics", root / "m/prepare.json",
-                                     "--report", root / "reports/data.json"]),
-                        ("tokenizer", ["--data", root / "data/prepared", "--out", root / "models/tokenizer.json",
-                                       "--metrics", root / "m/tokenizer.json"]),
-                        ("pretrain", ["--corpus", root / "data/prepared/corpus.parquet", "--tokenizer",
-                                      root / "models/tokenizer.json", "--out", root / "models/pretrain.safetensors",
-                                      "--metrics", root / "m/pretrain.json"])):
-        out = run_stage(root, stage, *args)
-        assert out.returncode == 0, f"{stage} failed:\n{out.stderr[-3000:]}"
-    return root
-
-
-def last_run_status(root: Path, stage: str) -> str | None:
-    """Status of the newest MLflow run of ``stage`` in the project's store (None: no run)."""
-    import sqlite3
-
-    with sqlite3.connect(root / "mlflow.db") as db:
-        row = db.execute("SELECT status FROM runs WHERE name = ? ORDER BY start_time DESC LIMIT 1", (stage,)).fetchone()
-    return row[0] if row else None
+def project(stage_project: Path) -> Path:
+    return stage_project
 
 
 def assert_refused(out: subprocess.CompletedProcess, message: str, folder: Path) -> None:

@@ -73,3 +73,33 @@ def _leftover(tmp_path: Path) -> Path:
     train(tmp_path / "leftover", 2, "--checkpoint", str(checkpoint), "--crash-at", "6", check=False)
     assert checkpoint.exists()
     return checkpoint
+
+
+def mlflow_runs(root: Path, stage: str) -> list[tuple[str, str]]:
+    import sqlite3
+
+    with sqlite3.connect(root / "mlflow.db") as db:
+        return db.execute("SELECT run_uuid, status FROM runs WHERE name = ? ORDER BY start_time", (stage,)).fetchall()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_a_stage_runs_unchanged_under_torchrun_and_only_rank_0_logs(stage_project: Path, tmp_path: Path, stage: str) -> None:
+    root = stage_project
+    args = {"pretrain": ["--corpus", root / "data/prepared/corpus.parquet", "--tokenizer", root / "models/tokenizer.json",
+                         "--resume", tmp_path / "resume.pt"],
+            "finetune": ["--data", root / "data/prepared", "--tokenizer", root / "models/tokenizer.json",
+                         "--pretrained", root / "models/pretrain.safetensors"]}[stage]
+    before = mlflow_runs(root, stage)
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID")}
+    env.update(DVC_ROOT=str(root), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                          f"pipeline.stages.{stage}", *map(str, args), "--out", str(tmp_path / "model.safetensors"),
+                          "--metrics", str(tmp_path / "metrics.json")], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["steps"] >= 1
+    assert (tmp_path / "model.safetensors").is_file()
+    new = [run for run in mlflow_runs(root, stage) if run not in before]
+    assert [status for _, status in new] == ["FINISHED"], f"one run, opened by rank 0 only: {new}"

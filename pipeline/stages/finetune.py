@@ -31,10 +31,12 @@ from torch import Tensor
 from minibert.batching import EpochStream, pad_batch
 from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
+from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Hooks, LoopConfig, Tracker, fit
+from minibert.validation import ConfigError
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
@@ -43,14 +45,17 @@ from pipeline.task import document_logits, encode_documents, encode_train, load_
 from pipeline.tracking import stage_run
 
 
-def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int) -> EpochStream:
-    """Endless (ids, mask, labels) batches, length-bucketed, reshuffled every epoch."""
+def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int,
+                    world: World | None = None) -> EpochStream:
+    """Endless (ids, mask, labels) batches, length-bucketed, reshuffled every epoch; under torchrun
+    this rank's share of each."""
+    world = world or World()
 
     def make(index: np.ndarray, _: torch.Generator) -> tuple[Tensor, ...]:
         ids, mask = pad_batch([sequences[i] for i in index], pad_id=0)
         return ids, mask, torch.as_tensor(labels[index])  # int labels, or float targets (distill)
 
-    return EpochStream([len(s) for s in sequences], batch_size, seed, make)
+    return EpochStream([len(s) for s in sequences], batch_size, seed, make, shard=(world.rank, world.size))
 
 
 def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
@@ -69,13 +74,19 @@ def train_classifier(
     model: SequenceClassifier, cfg: FinetuneParams, train: tuple[list[list[int]], np.ndarray],
     val: Validation, tracker: Tracker, name: str = "finetune",
     step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
+    world: World | None = None,
 ) -> tuple[SequenceClassifier, dict]:
     """Train, scoring ``val`` every ``eval_every`` steps; returns the best model and metrics.
 
     ``train``: encoded sequences and labels (or, for distillation, label + teacher-logit rows).
     ``val``: (model -> validation logits, validation labels). ``step`` computes (loss, tokens)
-    for a batch (default: cross-entropy on the labels).
+    for a batch (default: cross-entropy on the labels). Under torchrun (``world``) each rank
+    trains on its share of every batch of ``cfg.batch_size``; every rank returns the same model.
     """
+    world = world or World()
+    world.check_batch(cfg.batch_size, "finetune.batch_size (or distill.batch_size)")
+    if world.distributed and cfg.unfreeze_every:
+        raise ConfigError("finetune.unfreeze_every: gradual unfreezing is not supported across processes yet; set it to 0")
     best: dict = {"accuracy": -1.0, "index": -1, "state": None}
     n_evals = 0
 
@@ -104,8 +115,8 @@ def train_classifier(
                       accumulate=cfg.accumulate, precision=cfg.precision)
     with progress_bar(max_steps, name) as bar:
         hooks.progress = bar
-        result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed), step or classify_step,
-                     cfg.optim, loop, tracker, hooks)
+        result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step or classify_step,
+                     cfg.optim, loop, tracker, hooks, world=world)
     for param in model.parameters():
         param.requires_grad_(True)  # undo any unfreezing schedule cut short
     model.load_state_dict(best["state"])
@@ -147,7 +158,7 @@ def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> li
 
 def transfer_phase(
     model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer,
-    splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker,
+    splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker, world: World | None = None,
 ) -> tuple[SequenceClassifier, dict]:
     """Train on the transfer task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``."""
     if not splits:
@@ -156,7 +167,7 @@ def transfer_phase(
     phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
     model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other),
-                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})")
+                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
 
@@ -181,6 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg, task = params.finetune, params.task
+    world = World.from_env()  # several processes under torchrun, else one
+    world.init()
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     transfer = transfer_splits(cfg, task, args.data)
     inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
@@ -199,9 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone)
-        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker)
-        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker)
-        metrics.update(transfer_metrics)
+        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker, world)
+        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker,
+                                          world=world)
+        metrics.update(transfer_metrics, processes=world.size)
+        if not world.main:  # rank 0 writes the outputs and logs the run
+            return
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout), vocabulary_digest(tok))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 

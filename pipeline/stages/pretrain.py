@@ -27,6 +27,7 @@ from torch import Tensor
 from minibert.batching import EpochStream, pad_batch, sorted_batches
 from minibert.checkpoint import save_model
 from minibert.config import ModelConfig
+from minibert.distributed import World
 from minibert.embedding_init import ppmi_svd, set_token_embeddings
 from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
@@ -83,11 +84,14 @@ def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, ge
     return masked, mask, positions, labels[positions]
 
 
-def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int) -> EpochStream:
-    """Endless length-bucketed, freshly masked batches; a new shuffle every epoch; resumable."""
+def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int, world: World | None = None) -> EpochStream:
+    """Endless length-bucketed, freshly masked batches; a new shuffle every epoch; resumable.
+    Under torchrun, this rank's share of each batch, masked with a generator of its own."""
+    world = world or World()
     return EpochStream(
         [len(s) for s in sequences], cfg.batch_size, cfg.seed,
         lambda index, gen: masked_batch([sequences[i] for i in index], cfg, vocab_size, gen),
+        shard=(world.rank, world.size),
     )
 
 
@@ -109,9 +113,12 @@ def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str
 
 def run(
     cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker,
-    checkpointer: Checkpointer | None = None,
+    checkpointer: Checkpointer | None = None, world: World | None = None,
 ) -> tuple[MaskedLM, dict]:
-    """Pretrain; with a ``checkpointer``, a killed run resumes where its last checkpoint left off."""
+    """Pretrain; with a ``checkpointer``, a killed run resumes where its last checkpoint left off.
+    Under torchrun (``world``) each rank trains on its share of every batch of ``cfg.batch_size``."""
+    world = world or World()
+    world.check_batch(cfg.batch_size, "pretrain.batch_size")
     torch.manual_seed(cfg.seed)
     if cfg.max_length > model_cfg.max_positions:
         raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
@@ -134,10 +141,10 @@ def run(
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
     with progress_bar(cfg.max_steps, "pretrain") as bar:
         result: LoopResult = fit(
-            trained, batch_stream(train, cfg, model_cfg.vocab_size), mlm_step, cfg.optim,
+            trained, batch_stream(train, cfg, model_cfg.vocab_size, world), mlm_step, cfg.optim,
             LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, accumulate=cfg.accumulate,
                        precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
-            tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer,
+            tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
         )
     examples = result.steps * cfg.batch_size * cfg.accumulate
     tokens_seen = examples * float(np.mean([len(s) for s in train]))
@@ -153,6 +160,7 @@ def run(
         "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
         "final_train_loss": result.last_loss,
+        "processes": world.size,
         **init_metrics,
     }
     return model.eval(), metrics
@@ -168,6 +176,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="resumable training state (not a DVC output: it survives a killed run)")
     args = parser.parse_args(argv)
     params: Params = load_params()
+    world = World.from_env()  # several processes under torchrun, else one
+    world.init()
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
     with stage_run("pretrain", params, ["model", "pretrain"], [args.corpus, args.tokenizer]) as tracker:
@@ -176,7 +186,9 @@ def main(argv: list[str] | None = None) -> None:
         fingerprint = json.dumps({"params": flatten({"model": params.model, "pretrain": params.pretrain}),
                                   "inputs": data_digests([args.corpus, args.tokenizer], project_root())}, sort_keys=True)
         checkpointer = Checkpointer(args.resume, hashlib.sha256(fingerprint.encode()).hexdigest())
-        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker, checkpointer)
+        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker, checkpointer, world)
+        if not world.main:  # rank 0 writes the outputs and logs the run
+            return
         save_model(model, model_cfg, args.out, vocabulary=vocabulary_digest(tok))
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
 
