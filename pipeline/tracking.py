@@ -28,6 +28,10 @@ from pipeline.io import DataError
 from pipeline.params import Params, flatten
 from pipeline.provenance import data_digests, git_commit
 
+# Our commands' stdout is theirs to print: against a tracking server MLflow would add a
+# "View run ... at: <url>" line to it whenever a run ends.
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
 PARENT_ENV = "MINIBERT_PARENT_RUN_ID"
 LAUNCHER_TAG = "minibert.launcher"
 STAGE_TAG = "minibert.stage"

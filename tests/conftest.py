@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -112,3 +113,40 @@ def last_run_status(root: Path, stage: str) -> str | None:
     with sqlite3.connect(root / "mlflow.db") as db:
         row = db.execute("SELECT status FROM runs WHERE name = ? ORDER BY start_time DESC LIMIT 1", (stage,)).fetchone()
     return row[0] if row else None
+
+
+@pytest.fixture(scope="session")
+def mlflow_on_postgres(tmp_path_factory: pytest.TempPathFactory):
+    """An MLflow tracking server on 127.0.0.1 backed by a throwaway PostgreSQL cluster; its URI."""
+    from servers import mlflow_server, postgres, postgres_bin
+
+    if postgres_bin() is None:
+        pytest.skip("PostgreSQL is not installed (.ci/run installs it)")
+    with postgres() as database, mlflow_server(database, tmp_path_factory.mktemp("mlflow-server")) as uri:
+        yield uri
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def tracking_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test that takes it runs twice: on the embedded default (the project's sqlite file, no
+    MLFLOW_TRACKING_URI) and against a tracking server on PostgreSQL. On the server, the
+    experiments and the registered model the tests use are moved out of the way first, so every
+    test starts from an empty registry."""
+    if request.param == "sqlite":
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        return "sqlite"
+    import uuid
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = request.getfixturevalue("mlflow_on_postgres")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for name in ("minibert", "minibert-tiny"):
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            client.rename_experiment(found.experiment_id, f"{name}-done-{uuid.uuid4().hex[:8]}")
+    with contextlib.suppress(MlflowException):
+        client.delete_registered_model("minibert-sst2")
+    return "postgres"

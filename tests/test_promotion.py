@@ -42,7 +42,8 @@ def test_decision_rule(challenger, champion, cfg, promote: bool, reason: str) ->
 
 
 def env_for(root: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID")}
+    """The CLI's environment: the project folder, and the tracking backend the test chose."""
+    env = {k: v for k, v in os.environ.items() if k != "MINIBERT_PARENT_RUN_ID"}
     env.update(DVC_ROOT=str(root), MLFLOW_DISABLE_TELEMETRY="true", PYTHONPATH=str(ROOT),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")  # uvicorn, dvc
     return env
@@ -70,14 +71,14 @@ def split_along_main_direction(model, sequences: list[list[int]]) -> None:
 
 
 @pytest.fixture()
-def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: str):
     """A project folder with params, a toy test split and versions 1 (random), 2 (the labels' own
-    model: accuracy 1.0) and 3 (random, the same weights as 1), v1 the champion."""
+    model: accuracy 1.0) and 3 (random, the same weights as 1), v1 the champion; in the project's
+    sqlite registry, or on the PostgreSQL-backed tracking server."""
     from pipeline import tracking
     from pipeline.stages.register import SERVING_CODE, pip_requirements
 
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     shutil.copy(ROOT / "profiles" / "tiny.yaml", tmp_path / "params.yaml")
     tok, tok_path = toy_tokenizer(tmp_path)
     texts = toy_texts(np.random.default_rng(5), [3, 4, 5, 6] * 15)  # one window each
@@ -197,7 +198,7 @@ def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registr
     texts = ["a moving , funny film", "dull script , thin plot", "", "wonderful performances " * 40]
     expected = tracking.served_predict(f"models:/{NAME}@champion")(pd.DataFrame({"text": texts}))
     port = free_port()
-    env = {**env_for(root), "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}"}
+    env = {**env_for(root), "MLFLOW_TRACKING_URI": os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{root / 'mlflow.db'}"}
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{NAME}@champion",
                                "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"],
                               cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -24,9 +24,9 @@ from pipeline.tracking import (  # noqa: E402
 
 
 @pytest.fixture()
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: str) -> Path:
+    """A project folder; runs go to its sqlite file, or to the PostgreSQL-backed server."""
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv(PARENT_ENV, raising=False)
     return tmp_path
 
@@ -37,7 +37,7 @@ def children(parent_id: str) -> list:
     return client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'")
 
 
-def test_stages_nest_under_the_pipeline_run(store: Path) -> None:
+def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) -> None:
     params = Params()
     data = store / "input.txt"
     data.write_text("some data")
@@ -58,7 +58,8 @@ def test_stages_nest_under_the_pipeline_run(store: Path) -> None:
     assert child.data.tags["git_commit"] == "unknown"  # tmp_path is no git repository
     assert client.get_metric_history(child.info.run_id, "val_accuracy")[0].step == 3
     assert [a.path for a in client.list_artifacts(child.info.run_id)] == ["input.txt"]
-    assert (store / "mlflow.db").is_file() and (store / "mlartifacts").is_dir()
+    local = tracking_backend == "sqlite"
+    assert (store / "mlflow.db").is_file() == local and (store / "mlartifacts").is_dir() == local
     assert list(stage_durations(parent)) == ["finetune"]
 
 
@@ -103,7 +104,7 @@ def test_stages_launched_by_one_dvc_process_share_a_parent(store: Path, tmp_path
     env = {**os.environ, "DVC_ROOT": str(store), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     for _ in range(2):  # two separate dvc invocations
         subprocess.run([str(fake)], env=env, check=True, capture_output=True, timeout=120)
-    mlflow.set_tracking_uri(f"sqlite:///{store / 'mlflow.db'}")
+    mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{store / 'mlflow.db'}")
     client = MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("minibert").experiment_id])
     parents = [r for r in runs if r.info.run_name == "pipeline"]
