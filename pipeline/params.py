@@ -95,6 +95,7 @@ class TokenizerParams:
 @dataclass(frozen=True)
 class PretrainParams:
     seed: int = 0
+    processes: int = 1  # > 1: DistributedDataParallel under torchrun (pipeline.launch); batch_size must divide by it
     max_length: int = 128  # tokens a training sequence, [CLS] and [SEP] included
     mlm_probability: float = 0.15
     batch_size: int = 64
@@ -112,7 +113,7 @@ class PretrainParams:
     ppmi: PPMIConfig = field(default_factory=PPMIConfig)
 
     def __post_init__(self) -> None:
-        check_ranges("pretrain", self, {"mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_rows": ">= 1"})
+        check_ranges("pretrain", self, {"processes": ">= 1", "mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_rows": ">= 1"})
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,7 @@ class TransferParams:
 @dataclass(frozen=True)
 class FinetuneParams:
     seed: int = 0
+    processes: int = 1  # > 1: DistributedDataParallel under torchrun (pipeline.launch); batch_size must divide by it
     batch_size: int = 32
     epochs: float = 2.0
     time_budget_min: float | None = None
@@ -155,7 +157,7 @@ class FinetuneParams:
     transfer: TransferParams = field(default_factory=TransferParams)
 
     def __post_init__(self) -> None:
-        check_ranges("finetune", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "dropout": "[0, 1)", "accumulate": ">= 1", "llrd": "(0, 1]", "unfreeze_every": ">= 0", "adv_epsilon": "> 0", "pgd_alpha": "> 0", "pgd_steps": ">= 1", "patience": ">= 0", "log_every": ">= 1", "eval_every": ">= 1"})
+        check_ranges("finetune", self, {"processes": ">= 1", "batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "dropout": "[0, 1)", "accumulate": ">= 1", "llrd": "(0, 1]", "unfreeze_every": ">= 0", "adv_epsilon": "> 0", "pgd_alpha": "> 0", "pgd_steps": ">= 1", "patience": ">= 0", "log_every": ">= 1", "eval_every": ">= 1"})
 
 
 @dataclass(frozen=True)

@@ -103,3 +103,13 @@ def test_a_stage_runs_unchanged_under_torchrun_and_only_rank_0_logs(stage_projec
     assert (tmp_path / "model.safetensors").is_file()
     new = [run for run in mlflow_runs(root, stage) if run not in before]
     assert [status for _, status in new] == ["FINISHED"], f"one run, opened by rank 0 only: {new}"
+
+
+def test_the_launcher_runs_one_process_in_place_and_several_under_torchrun() -> None:
+    from pipeline.launch import command
+
+    assert command(1, "pipeline.stages.pretrain", ["--out", "m"]) is None
+    assert command(4, "pipeline.stages.finetune", ["--out", "m"])[1:] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "-m", "pipeline.stages.finetune", "--out", "m"]
+    with pytest.raises(SystemExit, match="need at least 1"):
+        command(0, "pipeline.stages.pretrain", [])

@@ -101,7 +101,10 @@ def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
         assert f"pipeline/stages/{name}.py" in stage["deps"], name
-        assert f"python -m pipeline.stages.{name} " in stage["cmd"], name
+        launched = f"python -m pipeline.launch --processes ${{{name}.processes}} pipeline.stages.{name} "
+        assert stage["cmd"].startswith((f"python -m pipeline.stages.{name} ", launched)), name
+        if name in ("pretrain", "finetune"):  # the stages that train data-parallel when params say so
+            assert stage["cmd"].startswith(launched) and "pipeline/launch.py" in stage["deps"], name
 
 
 def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
