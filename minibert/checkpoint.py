@@ -38,7 +38,7 @@ def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str
         metadata["classifier_config"] = json.dumps(dataclasses.asdict(head_cfg))
     if vocabulary is not None:
         metadata["vocabulary_sha256"] = vocabulary
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     with atomic_output(path) as tmp:
         # one key: safetensors writes several in hash order, so equal models would differ in bytes
         save_file(state, str(tmp), metadata={"minibert": json.dumps(metadata, sort_keys=True)})

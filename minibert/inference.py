@@ -62,8 +62,10 @@ def predict_logits(
 ) -> np.ndarray:
     """(N, L) float32 logits for N encoded sequences, in input order."""
 
+    device = next(model.parameters()).device if isinstance(model, nn.Module) else torch.device("cpu")
+
     def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return model(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
+        return model(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)).float().cpu().numpy()
 
     with torch.inference_mode():
         return batched_logits(run, sequences, batch_size, pad_id)

@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
             backbone = mlm.backbone
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
-        model = build(cfg, model_cfg, backbone)
+        model = build(cfg, model_cfg, backbone).to(world.device())  # this rank's GPU when there is one
         model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker, world)
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker,
                                           world=world)

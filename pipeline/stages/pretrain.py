@@ -103,7 +103,9 @@ def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
 def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str, float]:
     """Masked-token accuracy and mean loss over fixed, pre-masked batches."""
     correct, total, loss_sum = 0, 0, 0.0
-    for ids, mask, positions, labels in batches:
+    device = next(model.parameters()).device
+    for batch in batches:
+        ids, mask, positions, labels = (t.to(device) for t in batch)
         logits = model(ids, mask, masked_positions=positions)
         loss_sum += float(mlm_loss(logits, labels)) * len(labels)
         correct += int((logits.argmax(-1) == labels).sum())
@@ -136,6 +138,7 @@ def run(
     if encoded is not None:
         ids, vectors, init_metrics = corpus_embeddings(encoded, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
         set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
+    model.to(world.device())  # this rank's GPU when there is one, else the CPU
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
@@ -163,7 +166,7 @@ def run(
         "processes": world.size,
         **init_metrics,
     }
-    return model.eval(), metrics
+    return model.cpu().eval(), metrics
 
 
 def main(argv: list[str] | None = None) -> None:
