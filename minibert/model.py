@@ -11,6 +11,8 @@ Shape legend: B batch, T sequence length, C hidden size, V vocabulary, L labels,
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -154,11 +156,13 @@ def init_weights(module: nn.Module, std: float) -> None:
 def build_backbone(cfg: ModelConfig) -> Backbone:
     """Embeddings and encoder for ``cfg``, initialised as BERT."""
     position_cls = POSITIONS[cfg.position]
+    # a fixed sinusoidal table at the scale of the token embeddings (RMS = initializer_range)
+    position_kwargs = {"scale": cfg.initializer_range * math.sqrt(2)} if cfg.position == "sinusoidal" else {}
     rotary = Rotary(cfg.head_size, cfg.max_positions, cfg.rope_base) if cfg.position == "rotary" else None
     embeddings = Embeddings(
         tokens=nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id),
         segments=nn.Embedding(cfg.type_vocab_size, cfg.hidden_size),
-        positions=None if position_cls is None else position_cls(cfg.max_positions, cfg.hidden_size),
+        positions=None if position_cls is None else position_cls(cfg.max_positions, cfg.hidden_size, **position_kwargs),
         hidden_size=cfg.hidden_size,
         layer_norm_eps=cfg.layer_norm_eps,
         dropout=cfg.hidden_dropout,

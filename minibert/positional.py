@@ -41,11 +41,14 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    """The fixed sinusoidal table, kept as a non-persistent buffer (nothing to save or load)."""
+    """The fixed sinusoidal table times ``scale``, kept as a non-persistent buffer (nothing to save
+    or load). The table's entries have RMS 1/sqrt(2); ``build_backbone`` scales it to the token
+    embeddings' initial std, else the position signal swamps the token identity after the
+    embedding LayerNorm (measured: unscaled, fine-tuning stays at chance)."""
 
-    def __init__(self, num_positions: int, dim: int) -> None:
+    def __init__(self, num_positions: int, dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(num_positions, dim), persistent=False)
+        self.register_buffer("table", sinusoidal_table(num_positions, dim) * scale, persistent=False)
 
     def forward(self, seq_len: int) -> Tensor:
         """Returns (T, C) for positions 0..T-1."""

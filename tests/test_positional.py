@@ -25,6 +25,17 @@ def test_sinusoidal_positions_have_no_parameters_and_no_state() -> None:
     torch.testing.assert_close(module(5), sinusoidal_table(32, 8)[:5])
 
 
+def test_a_built_model_scales_the_sinusoidal_table_to_the_token_embeddings() -> None:
+    """RMS of the fixed table == initializer_range, the std the token embeddings start at."""
+    from minibert import ModelConfig
+    from minibert.model import build_backbone
+
+    cfg = ModelConfig.preset("tiny", vocab_size=100, position="sinusoidal")
+    table = build_backbone(cfg).embeddings.positions.table
+    assert math.isclose(float(table.pow(2).mean().sqrt()), cfg.initializer_range, rel_tol=1e-3)
+    torch.testing.assert_close(table / (cfg.initializer_range * math.sqrt(2)), sinusoidal_table(cfg.max_positions, cfg.hidden_size))
+
+
 def rotated_scores(rotary: Rotary, t: int, d: int) -> torch.Tensor:
     """Scores S[m, n] of one fixed q vector at every position against one fixed k vector."""
     q = torch.randn(d).expand(1, 1, t, d)  # same content at every position
