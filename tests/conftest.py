@@ -46,6 +46,15 @@ def toy_texts(rng, lengths) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=n)) for n in lengths]
 
 
+def toy_classifier(tok, pooling: str = "mean"):
+    """A random tiny classifier (seed 0, 64 positions) over ``tok``'s vocabulary, in eval mode."""
+    from minibert import ClassifierConfig, ModelConfig, build_classifier
+
+    torch.manual_seed(0)
+    return build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
+                            ClassifierConfig(pooling=pooling)).eval()
+
+
 def toy_tokenizer(folder):
     """A 120-token WordPiece trained on 300 word salads, saved to ``folder``: (tokenizer, path)."""
     import numpy as np

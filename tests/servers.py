@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -37,18 +37,37 @@ def postgres_bin() -> Path | None:
     return Path(versions[-1]).parent if versions else None
 
 
-def wait_for(url: str, what: str, proc: subprocess.Popen, log: Path, seconds: float = 120) -> None:
+@contextlib.contextmanager
+def background(args: list[str], cwd: Path | None, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    """A process in its own session, output to ``log``; its whole group is stopped with SIGTERM
+    (then SIGKILL) on exit."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(wait)
+                    break
+
+
+def wait_until(check: Callable[[], bool], what: str, log: Path, seconds: float = 180) -> None:
+    """Poll ``check`` every second; fail with the tail of ``log`` after ``seconds``."""
     deadline = time.time() + seconds
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        if time.time() > deadline:
-            raise RuntimeError(f"{what} not healthy after {seconds:.0f} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
+    while not check():
+        assert time.time() < deadline, f"{what} not ready after {seconds:.0f} s; log:\n{log.read_text()[-3000:]}"
+        time.sleep(1)
+
+
+def healthy(url: str) -> bool:
+    """GET ``url`` answers 200."""
+    with contextlib.suppress(OSError):
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    return False
 
 
 @contextlib.contextmanager
@@ -92,18 +111,10 @@ def mlflow_server(backend_uri: str, folder: Path) -> Iterator[str]:
     log = folder / "mlflow-server.log"
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env.update(MLFLOW_DISABLE_TELEMETRY="true", PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-                                 "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1",
-                                 "--port", str(port), "--workers", "1"],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/health", "mlflow server", proc, log)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+    with background([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+                     "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1",
+                     "--port", str(port), "--workers", "1"], None, env, log) as proc:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: healthy(f"{url}/health") or proc.poll() is not None, "mlflow server", log, 120)
+        assert proc.poll() is None, f"mlflow server exited ({proc.returncode}):\n{log.read_text()[-3000:]}"
+        yield url

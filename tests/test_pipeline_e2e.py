@@ -4,23 +4,20 @@ targeted reruns, and clean failures on bad input."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from servers import background, free_port, healthy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
@@ -316,35 +313,6 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
         params.write_text(original)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def background(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    """A process in its own session, its whole group stopped with SIGTERM (then SIGKILL) on exit."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield proc
-        finally:
-            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait)
-                    break
-
-
-def wait_until(check, what: str, log: Path, seconds: float = 180) -> None:
-    deadline = time.time() + seconds
-    while not check():
-        assert time.time() < deadline, f"{what} not ready after {seconds:.0f} s; log:\n{log.read_text()[-3000:]}"
-        time.sleep(1)
-
-
 def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_refuses(
         project: tuple[Path, str], tmp_path: Path) -> None:
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
@@ -362,13 +330,6 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
                MLFLOW_DISABLE_TELEMETRY="true")
     served = {**env, "PREFECT_API_URL": api}
     mlflow, client = client_for(dest)
-
-    def health() -> bool:
-        try:
-            with urllib.request.urlopen(f"{api}/health", timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
 
     def deployed() -> bool:
         return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
@@ -394,7 +355,7 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
     try:
         with background(["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], dest, env,
                         tmp_path / "server.log") as server:
-            wait_until(health, "prefect server", tmp_path / "server.log")
+            wait_until(lambda: healthy(f"{api}/health"), "prefect server", tmp_path / "server.log")
             refused = subprocess.run([sys.executable, "-m", "pipeline.cli", "schedule", "--cron", "0 4 * * 1"], cwd=dest,
                                      env=env, capture_output=True, text=True)
             assert refused.returncode == 2 and "schedules need a Prefect server" in refused.stderr

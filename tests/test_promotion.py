@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import toy_texts, toy_tokenizer
+from servers import free_port
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.batching import pad_batch
@@ -178,14 +179,6 @@ def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:
         chain.append(version)
         version = tracking.version_tags(NAME, version).get("previous_champion", "")
     assert chain in (["2", "1"], ["2", "3", "1"]), chain
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registry) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from conftest import toy_texts, toy_tokenizer
+from conftest import toy_classifier, toy_texts, toy_tokenizer
 
-from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.export import execution_providers, export_onnx
 from minibert.quantize import quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
@@ -21,9 +19,7 @@ from pipeline.task import text_logits
 def setup(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("runtime")
     tok, tok_path = toy_tokenizer(tmp)
-    torch.manual_seed(0)
-    model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
-                             ClassifierConfig(pooling="mean")).eval()
+    model = toy_classifier(tok)
     paths = {"plain": export_onnx(model, tmp / "plain.onnx"),
              "fused": export_onnx(model, tmp / "fused.onnx", fused_attention=True),
              "segments": export_onnx(model, tmp / "segments.onnx", with_token_types=True)}

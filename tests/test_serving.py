@@ -5,10 +5,9 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from conftest import toy_texts, toy_tokenizer
+from conftest import toy_classifier, toy_texts, toy_tokenizer
 
-from minibert import ClassifierConfig, ModelConfig, build_classifier
+from minibert import ClassifierConfig
 from minibert.export import export_onnx, load_session, session_callable
 from minibert.windows import sliding_windows
 from pipeline.params import TaskParams
@@ -23,9 +22,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("serving")
     rng = np.random.default_rng(0)
     tok, tok_path = toy_tokenizer(tmp)
-    torch.manual_seed(0)
-    model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
-                             ClassifierConfig()).eval()
+    model = toy_classifier(tok, pooling=ClassifierConfig().pooling)
     onnx_path = export_onnx(model, tmp / "model.onnx")
     task = TaskParams(max_length=16, stride=6, aggregate="mean")
     context = SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(onnx_path)},
