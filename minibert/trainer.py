@@ -233,7 +233,8 @@ def fit(
     ``state_dict`` / ``load_state_dict``. ``loss_fn(model, batch)`` returns (mean loss, tokens).
     With a ``checkpointer``, state is saved every ``loop.checkpoint_every`` steps and a run that
     finds a matching checkpoint continues from it (model, optimizer, scheduler, RNG, data
-    position, elapsed time, evaluations); the file is removed when the run completes.
+    position, elapsed time, evaluations); the file is removed when the run completes. A resumed
+    run first replays to ``tracker`` what the killed run had logged, so its curves start at step 1.
 
     With a ``world`` of several processes (``torchrun``), ``batches`` must be each rank's shard
     of the same global batches; gradients are averaged across ranks, every rank ends with the
@@ -250,6 +251,12 @@ def fit(
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps)
     evals: list[tuple[int, dict[str, float]]] = []
+    logged: list[tuple[int, dict[str, float]]] = []  # every (step, metrics) given to the tracker, kept for a resume
+
+    def log(metrics: dict[str, float], at: int) -> None:
+        logged.append((at, metrics))
+        tracker.log_metrics(metrics, step=at)
+
     step, spent_before = 0, 0.0
     saved = checkpointer.load() if checkpointer is not None else None
     if saved is not None:
@@ -263,6 +270,8 @@ def fit(
         batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
         torch.set_rng_state(per_rank[world.rank]["torch_rng"])
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
+        for at, metrics in saved["logged"]:
+            log(metrics, at)
     resumed_from = step
     trained = model
     if world.distributed:
@@ -279,7 +288,7 @@ def fit(
             metrics = hooks.evaluate(model)
         model.train()
         evals.append((at, metrics))
-        tracker.log_metrics({f"eval_{k}": v for k, v in metrics.items()}, step=at)
+        log({f"eval_{k}": v for k, v in metrics.items()}, at)
 
     model.train()
     while step < loop.max_steps:
@@ -313,11 +322,8 @@ def fit(
         if step % loop.log_every == 0 or step == loop.max_steps:
             now = time.perf_counter()
             loss_sum, tokens_sum = world.sum([window_loss, float(window_tokens)])  # every rank's share of the global batch
-            tracker.log_metrics(
-                {"train_loss": loss_sum / world.size / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                 "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)},
-                step=step,
-            )
+            log({"train_loss": loss_sum / world.size / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+                 "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)}, step)
             window_loss, window_tokens, window_start, window_steps = 0.0, 0, now, 0
         if hooks.progress is not None:
             hooks.progress(step, loss_value)
@@ -332,6 +338,7 @@ def fit(
                 checkpointer.save({
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "per_rank": per_rank, "step": step, "seconds": time.perf_counter() - start, "evals": evals,
+                    "logged": logged,
                 })
     if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)

@@ -140,6 +140,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attention(args: argparse.Namespace) -> int:
+    from minibert.checkpoint import check_tokenizer, load_model
+    from minibert.tokenizer import load_tokenizer
+    from pipeline.attention import sentence_pictures
+
+    if not args.text.strip():
+        raise DataError("the text to draw is empty; give a sentence, e.g. minibert attention \"a gripping film .\"")
+    if (args.layer is None) != (args.head is None):
+        raise DataError(f"--layer {args.layer} --head {args.head}: give both for one head, or neither for every head")
+    tok = load_tokenizer(args.tokenizer)
+    check_tokenizer(args.model, tok, args.tokenizer)
+    model, cfg, _ = load_model(args.model)
+    default = "attention.png" if args.layer is None else f"attention_L{args.layer}H{args.head}.png"
+    out = sentence_pictures(model, tok, args.text, min(args.max_length, cfg.max_positions), args.out or Path(default),
+                            args.layer, args.head)
+    print(out)
+    return 0
+
+
 def cmd_lineage(args: argparse.Namespace) -> int:
     from pipeline.params import load_params
     from pipeline.tracking import configure, lineage, project_root
@@ -208,6 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--file", type=Path, help="a UTF-8 file with one text a line")
     predict.add_argument("--alias", default="champion", help="registry alias to load (champion, challenger)")
     predict.set_defaults(func=cmd_predict)
+    attention = sub.add_parser(
+        "attention", help="draw a trained model's attention on a sentence: every head as a grid, or one head",
+        description="Draw where each attention head of a trained model looks, for one sentence: a PNG with the tokens "
+                    "on both axes (query tokens down, key tokens across). Without --layer / --head, every head of every "
+                    "layer as a grid. Prints the PNG's path.")
+    attention.add_argument("text", help="the sentence")
+    attention.add_argument("--layer", type=int, help="layer (from 0); with --head draws that head alone")
+    attention.add_argument("--head", type=int, help="head (from 0); with --layer")
+    attention.add_argument("--model", type=Path, default=Path("models/finetune/model.safetensors"),
+                           help="a minibert checkpoint (default: the fine-tuned teacher)")
+    attention.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
+    attention.add_argument("--max-length", type=int, default=64, help="tokens drawn at most, [CLS] and [SEP] included")
+    attention.add_argument("--out", type=Path, help="PNG to write (default: attention.png, or attention_L<l>H<h>.png)")
+    attention.set_defaults(func=cmd_attention)
     lineage = sub.add_parser("lineage", help="git commit, data digests, params and metrics behind a registered model")
     lineage.add_argument("model_uri", help="models:/<name>/<version> or models:/<name>@<alias>")
     lineage.set_defaults(func=cmd_lineage)

@@ -108,12 +108,13 @@ class PretrainParams:
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30 % more compute
     compile: bool = False  # torch.compile the model (inductor; pays only for long runs, compiling takes a minute)
     log_every: int = 25
+    eval_every: int = 0  # steps between held-out MLM evaluations (the curve's points); 0 = at the end only
     eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
     embedding_init: Literal["random", "ppmi_svd"] = "random"  # ppmi_svd: word vectors from corpus co-occurrences first
     ppmi: PPMIConfig = field(default_factory=PPMIConfig)
 
     def __post_init__(self) -> None:
-        check_ranges("pretrain", self, {"processes": ">= 1", "mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_rows": ">= 1"})
+        check_ranges("pretrain", self, {"processes": ">= 1", "mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_every": ">= 0", "eval_rows": ">= 1"})
 
 
 @dataclass(frozen=True)
@@ -226,11 +227,29 @@ class EvaluateParams:
     threads: int = 2  # for accuracy and throughput
     latency_rows: int = 64  # dev rows timed one at a time for p50/p95 batch-1 latency
     latency_threads: int = 1  # for batch-1 latency
+    calibration_bins: int = 10  # equal-width confidence bins over [0.5, 1] (reliability diagram, ECE)
+    attention_sentences: tuple[str, ...] = (  # drawn head by head (plots/attention/sentence_<i>.png)
+        "a gripping , beautifully acted film that never lets go .",
+        "the plot is dull and the jokes fall flat .",
+    )
+    attention_rows: int = 256  # test rows the per-head statistics average over
+    sentiment_words: int = 100  # the baseline's top-|weight| unigrams: the "sentiment words" heads are scored on
 
     def __post_init__(self) -> None:
-        for key in ("batch_size", "threads", "latency_rows", "latency_threads"):
+        for key in ("batch_size", "threads", "latency_rows", "latency_threads", "calibration_bins", "attention_rows",
+                    "sentiment_words"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"evaluate.{key}: {getattr(self, key)} must be >= 1")
+        if not self.attention_sentences or not all(s.strip() for s in self.attention_sentences):
+            raise ConfigError("evaluate.attention_sentences: give at least one non-empty sentence")
+
+
+@dataclass(frozen=True)
+class ReportParams:
+    examples: int = 10  # rows a list in the report: most confident mistakes, most confident right, least sure
+
+    def __post_init__(self) -> None:
+        check_ranges("report", self, {"examples": ">= 0"})
 
 
 @dataclass(frozen=True)
@@ -274,6 +293,7 @@ class Params:
     quantize: QuantizeParams = field(default_factory=QuantizeParams)
     export: ExportParams = field(default_factory=ExportParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    report: ReportParams = field(default_factory=ReportParams)
     register: RegisterParams = field(default_factory=RegisterParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
     tracking: TrackingParams = field(default_factory=TrackingParams)

@@ -1,14 +1,35 @@
-"""Charts the stages write as PNG (rendered offline by matplotlib, without pyplot)."""
+"""Charts the stages write as PNG, rendered offline by matplotlib (no pyplot: no global backend,
+no window, no state kept between charts), and the shared way they are saved."""
 
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pipeline.io import atomic_path
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+DPI = 120
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A pyplot-free figure (inches); ``save_png`` writes it."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), constrained_layout=True)
+
+
+def save_png(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write ``fig`` as PNG atomically (a temp file renamed into place)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, format="png")
+    return Path(path)
 
 
 def _label_groups(table: pd.DataFrame, column: str) -> dict[tuple[float, float], list[str]]:
@@ -28,10 +49,9 @@ def tradeoff_chart(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     ``table`` needs columns variant, accuracy, p50_ms, size_mb. Log-scaled x axes: the
     variants span an order of magnitude or more in both.
     """
-    from matplotlib.figure import Figure  # no pyplot: no global backend, no window, no state kept
     from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-    fig = Figure(figsize=(11, 4.2), constrained_layout=True)
+    fig = new_figure(11, 4.2)
     axes = fig.subplots(1, 2)
     for ax, column, label in ((axes[0], "p50_ms", "p50 latency, batch 1 (ms, log scale)"),
                               (axes[1], "size_mb", "size on disk (MB, log scale)")):
@@ -48,6 +68,4 @@ def tradeoff_chart(table: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_title("accuracy vs latency")
     axes[1].set_title("accuracy vs size")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    return Path(path)
+    return save_png(fig, path)

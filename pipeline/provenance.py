@@ -65,3 +65,9 @@ def data_digests(paths: list[Path], root: Path) -> dict[str, str]:
         elif Path(path).exists():
             out[rel] = f"local-md5:{_local_md5(Path(path))}"
     return out
+
+
+def raw_data_digests(root: Path) -> dict[str, str]:
+    """Digest of each raw dataset folder under ``root / data/raw`` (what ``dvc pull`` fetched)."""
+    return {k: v for k, v in data_digests(sorted(root.glob("data/raw/*")), root).items()
+            if not k.endswith(".dvc") and not k.endswith(".gitignore")}

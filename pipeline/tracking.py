@@ -26,7 +26,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from minibert.distributed import World
 from pipeline.io import DataError
 from pipeline.params import Params, flatten
-from pipeline.provenance import data_digests, git_commit
+from pipeline.provenance import data_digests, git_commit, raw_data_digests
 
 # Our commands' stdout is theirs to print: against a tracking server MLflow would add a
 # "View run ... at: <url>" line to it whenever a run ends.
@@ -112,8 +112,7 @@ def _provenance_tags(root: Path) -> dict[str, str]:
 
 
 def _raw_data_digests(root: Path) -> dict[str, str]:
-    return {f"data_digest.{k}": v for k, v in data_digests(sorted(root.glob("data/raw/*")), root).items()
-            if not k.endswith(".dvc") and not k.endswith(".gitignore")}
+    return {f"data_digest.{k}": v for k, v in raw_data_digests(root).items()}
 
 
 def _start_parent(experiment_id: str, params: Params, root: Path, tags: dict[str, str]) -> str:
@@ -264,6 +263,11 @@ def served_predict(model_uri: str):  # noqa: ANN201 - a pyfunc's bound predict
     except mlflow.exceptions.MlflowException as err:
         raise FileNotFoundError(f"{model_uri}: not in the registry ({err.message.splitlines()[0]}); "
                                 "check the name, version or alias (`mlflow ui` lists them)") from None
+
+
+def set_version_description(model_name: str, version: str, text: str) -> None:
+    """The registry's description of a version (Markdown; the MLflow UI renders it)."""
+    MlflowClient().update_model_version(model_name, version, description=text)
 
 
 def version_tags(model_name: str, version: str) -> dict[str, str]:

@@ -69,3 +69,21 @@ def test_schedule_refuses_a_bad_cron_a_bad_zone_and_a_missing_server(capsys: pyt
     with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
         with pytest.raises(StageError, match=f"no healthy Prefect server at PREFECT_API_URL=http://127.0.0.1:{port}/api"):
             server_url(wait_s=0)
+
+
+def test_attention_command_draws_every_head_or_one(stage_project: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from test_plots import png_size
+
+    model = ["--model", str(stage_project / "models/pretrain.safetensors"),
+             "--tokenizer", str(stage_project / "models/tokenizer.json")]
+    assert main(["attention", "a gripping , beautifully acted film .", *model, "--out", str(tmp_path / "grid.png")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "grid.png")
+    assert png_size(tmp_path / "grid.png")[0] > 400 and (tmp_path / "grid.png").stat().st_size > 20_000
+    assert main(["attention", "dull and flat .", *model, "--layer", "0", "--head", "1", "--out", str(tmp_path / "h.png")]) == 0
+    assert min(png_size(tmp_path / "h.png")) >= 600
+    assert main(["attention", "dull .", *model, "--layer", "7", "--head", "0", "--out", str(tmp_path / "bad.png")]) == 2
+    assert "this model has layers 0..0" in capsys.readouterr().err
+    assert main(["attention", "dull .", *model, "--layer", "0", "--out", str(tmp_path / "bad.png")]) == 2
+    assert main(["attention", "  ", *model]) == 2
+    assert not (tmp_path / "bad.png").exists()

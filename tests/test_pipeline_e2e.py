@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from servers import background, free_port, healthy, wait_until
@@ -22,7 +23,7 @@ from servers import background, free_port, healthy, wait_until
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
 STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "teacher_logits", "distill", "export", "quantize",
-          "evaluate", "register"]
+          "evaluate", "register", "report"]
 
 # servers and runs of the caller's that the copy must not talk to
 LOCAL_ONLY = ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT", "PREFECT_API_URL")
@@ -151,15 +152,60 @@ def test_registry_holds_a_loadable_challenger(project: tuple[Path, str]) -> None
     assert record["version"] == "1" and sorted(record["aliases"]) == ["challenger", "champion"]
     version = client.get_model_version_by_alias("minibert-sst2", "challenger")
     assert str(version.version) == "1" and version.tags["git_commit"] == sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
-    import pandas as pd
-
     local = Path(mlflow.artifacts.download_artifacts(f"models:/minibert-sst2/{version.version}"))
     kept = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    assert "serving_model.py" in kept and not [p for p in kept if p.endswith((".pkl", ".pickle", ".joblib", ".pt"))], kept
+    assert "serving_model.py" in kept and "artifacts/README.md" in kept and not [p for p in kept if p.endswith((".pkl", ".pickle", ".joblib", ".pt"))], kept
     model = mlflow.pyfunc.load_model("models:/minibert-sst2@challenger")
     out = model.predict(pd.DataFrame({"text": ["a moving , funny film", "flat , boring and far too long"]}))
     assert list(out.columns) == ["label", "probability"] and len(out) == 2
     assert set(out["label"]) <= {0, 1} and out["probability"].between(0.5, 1.0).all()
+
+
+PICTURES = ["curves/pretrain.png", "curves/finetune.png", "curves/distill.png", "tradeoff.png", "confusion.png",
+            "calibration.png", "attention/sentence_0.png", "attention/sentence_1.png", "attention/heads.png"]
+
+
+def test_the_run_leaves_a_report_with_every_picture(project: tuple[Path, str]) -> None:
+    from test_plots import png_size
+
+    dest, _ = project
+    summary = (dest / "reports" / "summary.md").read_text()
+    linked = re.findall(r"!\[[^\]]*\]\(\.\./plots/([^)]+)\)", summary)
+    assert sorted(linked) == sorted(PICTURES), "the report shows every picture, each once"
+    for name in PICTURES:
+        width, height = png_size(dest / "plots" / name)
+        assert width >= 600 and height >= 300 and (dest / "plots" / name).stat().st_size > 15_000, name
+    for variant in ("baseline", "teacher", "student", "student_int8", "student_onnx", "student_onnx_int8"):
+        assert re.search(rf"^\| {variant} \| .+ \| [-+]\d+\.\d\d \|$", summary, re.M), f"no results row for {variant}"
+    assert "### most confident mistakes" in summary and "| text | true | predicted | confidence |" in summary
+    page = (dest / "reports" / "summary.html").read_text()
+    assert page.count("src='data:image/png;base64,") == len(PICTURES) and "../plots" not in page, "self-contained"
+    curves = {stage: pd.read_csv(dest / "plots" / "curves" / f"{stage}.csv") for stage in ("pretrain", "finetune", "distill")}
+    assert curves["pretrain"].dropna(subset=["eval_mlm_accuracy"])["step"].tolist() == [4, 8], "pretrain.eval_every: 4"
+    assert curves["finetune"]["phase"].unique().tolist() == ["transfer", "sst2"]
+    assert curves["finetune"]["step"].is_monotonic_increasing and curves["distill"]["train_loss"].notna().sum() >= 2
+    heads = pd.read_csv(dest / "reports" / "attention_heads.csv")
+    assert len(heads) == 2 and heads[["next_token", "cls", "sep", "sentiment"]].stack().between(0, 1).all(), "1 layer x 2 heads"
+
+    mlflow, client = client_for(dest)
+    runs = {r.data.tags["minibert.stage"]: r.info.run_id for r in client.search_runs(
+        [client.get_experiment_by_name("minibert-tiny").experiment_id], order_by=["attributes.start_time ASC"])
+        if "minibert.stage" in r.data.tags}
+
+    def artifacts(stage: str, folder: str | None = None) -> list[str]:
+        return [a.path for a in client.list_artifacts(runs[stage], folder)]
+
+    assert {"report/summary.md", "report/summary.html"} <= set(artifacts("report", "report"))
+    assert "curves/pretrain.png" in artifacts("pretrain", "curves") and "curves/finetune.csv" in artifacts("finetune", "curves")
+    assert {"attention/heads.png", "attention/sentence_0.png"} <= set(artifacts("evaluate", "attention"))
+    assert {"confusion.png", "calibration.png", "predictions.csv"} <= set(artifacts("evaluate"))
+    local = Path(mlflow.artifacts.download_artifacts("models:/minibert-sst2/1"))
+    card = (local / "artifacts" / "README.md").read_text()
+    assert card == (dest / "models" / "card" / "README.md").read_text()
+    sst2_md5 = yaml.safe_load((dest / "data" / "raw" / "sst2.dvc").read_text())["outs"][0]["md5"]
+    for needle in ("## Intended use", "## Limitations", f"md5:{sst2_md5}", "## Metrics on the test split of record"):
+        assert needle in card, needle
+    assert client.get_model_version("minibert-sst2", "1").description.startswith("# minibert-sst2, version 1")
 
 
 def test_lineage_and_runs_trace_the_champion_to_commit_data_and_metrics(project: tuple[Path, str]) -> None:
@@ -211,7 +257,7 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
     dest, _ = project
     out = sh(["dvc", "exp", "run", "-S", "finetune.optim.lr=0.0003"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
-    assert ran == ["finetune", "teacher_logits", "distill", "export", "quantize", "evaluate", "register"]
+    assert ran == ["finetune", "teacher_logits", "distill", "export", "quantize", "evaluate", "register", "report"]
     diff = sh(["dvc", "params", "diff", "--json"], dest).stdout
     change = json.loads(diff)["params.yaml"]["finetune.optim.lr"]
     assert (change["old"], change["new"]) == (0.0001, 0.0003)
@@ -231,7 +277,7 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
-    assert {"finetune", "baseline", "evaluate", "register"} <= set(ran)
+    assert {"finetune", "baseline", "evaluate", "register", "report"} <= set(ran)
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
     export = json.loads((dest / "metrics" / "export.json").read_text())
@@ -347,7 +393,7 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
                      if r.info.run_id not in before]
         stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
-        assert "finetune" in stages and stages[-1] == "register" and "pretrain" not in stages, stages
+        assert "finetune" in stages and stages[-1] == "report" and "pretrain" not in stages, stages
         return str(client.get_model_version_by_alias("minibert-sst2", "challenger").version)
 
     exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id

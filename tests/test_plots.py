@@ -1,12 +1,20 @@
-"""The evaluate stage's chart: a PNG with one label a point, overprinting points sharing one label."""
+"""The pictures the stages draw: each renders to a PNG of the expected size, written atomically, and
+the tables behind them (curves, reliability, confusion) hold the right numbers."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pytest
 
-from pipeline.plots import _label_groups, tradeoff_chart
+from pipeline.attention_plots import attention_grid_chart, attention_head_chart, head_statistics_chart
+from pipeline.curves import curve_table, write_curves
+from pipeline.eval_plots import calibration_chart, confusion_chart
+from pipeline.metrics import confusion_matrix, positive_probability, reliability
+from pipeline.plots import DPI, _label_groups, tradeoff_chart
 
 TABLE = pd.DataFrame({
     "variant": ["teacher", "student", "student_onnx", "student_onnx_int8"],
@@ -14,6 +22,14 @@ TABLE = pd.DataFrame({
     "p50_ms": [4.96, 0.96, 0.52, 0.31],
     "size_mb": [21.6, 5.49, 5.52, 1.61],
 })
+TOKENS = ["[CLS]", "a", "grip", "##ping", ",", "beautifully", "acted", "film", ".", "[SEP]"]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) in pixels from the PNG header; fails on anything that is not a PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", data[16:24])
 
 
 def test_points_that_would_overprint_share_a_label() -> None:
@@ -24,6 +40,89 @@ def test_points_that_would_overprint_share_a_label() -> None:
 
 def test_chart_is_a_png_written_atomically(tmp_path: Path) -> None:
     path = tradeoff_chart(TABLE, tmp_path / "plots" / "tradeoff.png")
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, "a real 1320x504 chart, not an empty canvas"
+    assert png_size(path) == (11 * DPI, int(4.2 * DPI))
+    assert path.stat().st_size > 20_000, "a real chart, not an empty canvas"
     assert [p.name for p in path.parent.iterdir()] == ["tradeoff.png"]
+
+
+HISTORY = [
+    (2, {"transfer_train_loss": 0.9, "transfer_lr": 1e-4}), (4, {"transfer_train_loss": 0.7, "transfer_lr": 5e-5}),
+    (4, {"transfer_eval_accuracy": 0.70, "transfer_eval_f1": 0.6}), (None, {"val_accuracy": 0.9}),
+    (2, {"train_loss": 0.5, "lr": 1e-4}), (3, {"train_loss": 0.4, "lr": 8e-5}), (3, {"eval_accuracy": 0.8, "eval_f1": 0.7}),
+]
+
+
+def test_curve_table_joins_phases_on_one_step_axis() -> None:
+    table = curve_table(HISTORY, "sst2")
+    assert table["step"].tolist() == [2, 4, 6, 7], "the second phase's steps follow the first's last step (4)"
+    assert table["phase"].tolist() == ["transfer", "transfer", "sst2", "sst2"]
+    assert table["phase_step"].tolist() == [2, 4, 2, 3]
+    assert table.loc[1, "eval_accuracy"] == 0.70 and table.loc[1, "train_loss"] == 0.7, "train log and eval merge"
+    assert table.loc[3, "eval_accuracy"] == 0.8 and np.isnan(table.loc[2, "eval_accuracy"])
+    assert "val_accuracy" not in table, "records without a step are no curve points"
+
+
+def test_curves_write_a_csv_for_dvc_and_a_png_beside_it(tmp_path: Path) -> None:
+    csv, png = write_curves(HISTORY, tmp_path / "curves" / "finetune.csv", "sst2", "fine-tuning")
+    assert png == tmp_path / "curves" / "finetune.png"
+    assert pd.read_csv(csv)["step"].tolist() == [2, 4, 6, 7]
+    assert png_size(png) == (13 * DPI, 4 * DPI) and png.stat().st_size > 20_000
+    assert sorted(p.name for p in csv.parent.iterdir()) == ["finetune.csv", "finetune.png"]
+
+
+def test_reliability_bins_and_expected_calibration_error() -> None:
+    labels = np.array([1, 1, 0, 0, 1])
+    p = np.array([0.94, 0.92, 0.91, 0.3, 0.55])  # bins: 0.9-0.95 x3 (2 right), 0.7 (right), 0.55 (right)
+    rows, ece = reliability(labels, p, bins=10)
+    assert [r["rows"] for r in rows] == [1, 1, 3]
+    top = rows[-1]
+    assert top["low"] == pytest.approx(0.9) and top["accuracy"] == pytest.approx(2 / 3)
+    assert top["confidence"] == pytest.approx((0.94 + 0.92 + 0.91) / 3)
+    expected = 0.2 * abs(1 - 0.55) + 0.2 * abs(1 - 0.7) + 0.6 * abs(2 / 3 - top["confidence"])
+    assert ece == pytest.approx(expected)
+    assert reliability(labels, labels.astype(float))[1] == 0.0, "certain and right: perfectly calibrated"
+
+
+def test_positive_probability_from_logits_is_the_softmax() -> None:
+    logits = np.array([[2.0, -1.0], [0.0, 0.0], [-800.0, 800.0]])
+    expected = np.exp(logits[:2]) / np.exp(logits[:2]).sum(1, keepdims=True)
+    np.testing.assert_allclose(positive_probability(logits, False)[:2], expected[:, 1])
+    assert positive_probability(logits, False)[2] == 1.0, "no overflow on large logits"
+    np.testing.assert_array_equal(positive_probability(np.array([[0.3, 0.7]]), True), [0.7])
+
+
+def test_confusion_matrix_rows_are_true_labels() -> None:
+    matrix = confusion_matrix(np.array([0, 0, 1, 1, 1]), np.array([0, 1, 1, 1, 0]))
+    np.testing.assert_array_equal(matrix, [[1, 1], [1, 2]])
+
+
+def test_confusion_and_calibration_charts(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 200)
+    variants = {name: np.clip(labels * 0.6 + rng.normal(0.2, 0.25, 200), 0, 1) for name in ("baseline", "teacher", "student")}
+    confusion = confusion_chart({n: confusion_matrix(labels, p >= 0.5) for n, p in variants.items()},
+                                ("negative", "positive"), tmp_path / "confusion.png")
+    tables = {n: reliability(labels, p) for n, p in variants.items()}
+    calibration = calibration_chart({n: t[0] for n, t in tables.items()}, {n: t[1] for n, t in tables.items()},
+                                    tmp_path / "calibration.png")
+    width, height = png_size(confusion)
+    assert abs(width - (3.6 * 3 + 0.4) * DPI) <= 1 and abs(height - (3.3 + 0.4) * DPI) <= 1, "3 panels in one row"
+    assert png_size(calibration) == (8 * DPI, int(7.5 * DPI))
+    for path in (confusion, calibration):
+        assert path.stat().st_size > 20_000
+
+
+def test_attention_charts_have_a_panel_per_head(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    maps = rng.dirichlet(np.ones(len(TOKENS)), size=(2, 4, len(TOKENS)))  # (L, H, T, T), rows sum to 1
+    grid = attention_grid_chart(maps, TOKENS, tmp_path / "grid.png", "every head")
+    head = attention_head_chart(maps[1, 2], TOKENS, tmp_path / "head.png", "layer 1, head 2")
+    width, height = png_size(grid)
+    assert width > height > 500, "4 heads across, 2 layers down, each panel big enough for its tokens"
+    assert min(png_size(head)) >= 5 * DPI
+    table = pd.DataFrame([{"layer": layer, "head": h, "next_token": rng.random(), "cls": rng.random(), "sep": rng.random(),
+                           "sentiment": rng.random()} for layer in range(2) for h in range(4)])
+    stats = head_statistics_chart(table, tmp_path / "heads.png", "statistics")
+    assert png_size(stats)[0] > 900
+    for path in (grid, head, stats):
+        assert path.stat().st_size > 20_000

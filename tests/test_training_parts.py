@@ -184,7 +184,8 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path) -> None:
     optim, loop = OptimConfig(lr=0.02), LoopConfig(max_steps=30, log_every=5, checkpoint_every=10)
     torch.manual_seed(0)
     reference = torch.nn.Linear(4, 1)
-    fit(reference, _regression_stream(), _mse_step, optim, loop, RecordingTracker())
+    full_curve = RecordingTracker()
+    fit(reference, _regression_stream(), _mse_step, optim, loop, full_curve)
 
     class Killed(Exception):
         pass
@@ -201,8 +202,13 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path) -> None:
     assert checkpointer.path.is_file()
     torch.manual_seed(123)  # a new process: different RNG until the checkpoint restores it
     resumed = torch.nn.Linear(4, 1)
-    result = fit(resumed, _regression_stream(), _mse_step, optim, loop, RecordingTracker(), checkpointer=checkpointer)
+    resumed_curve = RecordingTracker()
+    result = fit(resumed, _regression_stream(), _mse_step, optim, loop, resumed_curve, checkpointer=checkpointer)
     assert result.resumed_from == 20 and result.steps == 30
+    assert [s for s, _ in resumed_curve.series("train_loss")] == [5, 10, 15, 20, 25, 30], "the killed run's logs are replayed"
+    assert resumed_curve.series("lr") == full_curve.series("lr")
+    for (_, got), (_, want) in zip(resumed_curve.series("train_loss"), full_curve.series("train_loss"), strict=True):
+        assert got == pytest.approx(want, rel=1e-6)
     torch.testing.assert_close(resumed.weight, reference.weight, atol=0, rtol=0)
     assert not checkpointer.path.exists(), "a completed run removes its checkpoint"
     stale = Checkpointer(tmp_path / "resume.pt", fingerprint="run-b")

@@ -23,7 +23,8 @@ from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import Distiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import Tracker
+from minibert.trainer import RecordingTracker, Tracker
+from pipeline.curves import write_curves
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--teacher-logits", type=Path, default=Path("models/teacher_logits/train.npz"))
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
+    parser.add_argument("--curves", type=Path, default=Path("plots/curves/distill.csv"),
+                        help="training curves (DVC plot); the PNG goes beside it")
     args = parser.parse_args(argv)
     params: Params = load_params()
     task = params.task
@@ -89,10 +92,12 @@ def main(argv: list[str] | None = None) -> None:
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         train = encode_train(tok, train_df, task)
+        recorder = RecordingTracker(tracker)
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, train,
-                               load_logits(args.teacher_logits, train[1]), validation(tok, val_df, task), tracker)
+                               load_logits(args.teacher_logits, train[1]), validation(tok, val_df, task), recorder)
         save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
-        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
+        curves = write_curves(recorder.history, args.curves, "distill", "distillation into the student")
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 
 
 if __name__ == "__main__":

@@ -10,9 +10,13 @@ the deployed chain). Texts longer than ``task.max_length`` are read through slid
 - throughput: texts/s over the whole split handed over at once, run in length-sorted batches
   of ``batch_size`` on ``threads`` (the pass that also scores accuracy).
 
-Size is the artifact's file size. Written to metrics/evaluate.json (nested, so
-``dvc metrics show`` lists every variant), plots/evaluate.csv (the table) and
-plots/tradeoff.png (accuracy vs latency and vs size); all logged to MLflow.
+Size is the artifact's file size; calibration is the expected calibration error (ECE) of the
+predicted label's probability. Written to metrics/evaluate.json (nested, so ``dvc metrics show``
+lists every variant), plots/evaluate.csv (the table), plots/tradeoff.png (accuracy vs latency and
+vs size), plots/confusion.png, plots/calibration.png, reports/predictions.csv (every test row's
+P(positive) under every variant, for the report), plots/attention/ (the teacher's attention: every
+head for each of ``evaluate.attention_sentences``, and per-head statistics over the first
+``attention_rows`` test rows, whose numbers go to reports/attention_heads.csv); all logged to MLflow.
 """
 
 from __future__ import annotations
@@ -26,20 +30,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.quantize import load_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import load_tokenizer
+from pipeline.attention import head_statistics_picture, head_table, sentence_pictures, sentiment_lexicon
+from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.io import atomic_path, write_json
-from pipeline.metrics import classification_metrics, percentiles_ms
+from pipeline.metrics import classification_metrics, confusion_matrix, percentiles_ms, positive_probability, reliability
 from pipeline.params import EvaluateParams, Params, TaskParams, load_params
 from pipeline.plots import tradeoff_chart
+from pipeline.progress import progress
 from pipeline.stages.baseline import load_baseline
 from pipeline.task import load_split, split_path, text_logits
 from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores
+CLASS_NAMES = ("negative", "positive")
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,18 @@ class Variant:
     path: Path
     predict: Predict  # batched, on evaluate.threads
     predict_one: Predict  # the same model on evaluate.latency_threads
+    probabilities: bool = False  # predict returns class probabilities (else logits)
 
 
-def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: EvaluateParams) -> dict[str, float]:
-    """Quality and throughput from one pass over all texts, then batch-1 latency."""
+@dataclass(frozen=True)
+class Measured:
+    metrics: dict[str, float]
+    p_positive: np.ndarray  # (N,) P(label 1) a test row
+    reliability: list[dict[str, float]]  # the reliability diagram's bins
+
+
+def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: EvaluateParams) -> Measured:
+    """Quality, calibration and throughput from one pass over all texts, then batch-1 latency."""
     torch.set_num_threads(cfg.threads)
     variant.predict(texts[: cfg.batch_size])  # warm-up (allocations, lazy init)
     start = time.perf_counter()
@@ -60,8 +77,11 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: Evaluat
     torch.set_num_threads(cfg.latency_threads)
     latency = single_text_latency(variant.predict_one, texts[: cfg.latency_rows])
     torch.set_num_threads(cfg.threads)
-    return {**classification_metrics(labels, scores), **latency,
-            "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6}
+    p_positive = positive_probability(scores, variant.probabilities)
+    bins, ece = reliability(labels, p_positive, cfg.calibration_bins)
+    metrics = {**classification_metrics(labels, scores), "ece": ece, **latency,
+               "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6}
+    return Measured(metrics, p_positive, bins)
 
 
 def single_text_latency(predict: Predict, texts: list[str]) -> dict[str, float]:
@@ -85,13 +105,36 @@ def onnx_variant(name: str, path: Path, tokenizer: Path, task: TaskParams, cfg: 
     return Variant(name, path, runtime(cfg.threads), runtime(cfg.latency_threads))
 
 
-def run(variants: list[Variant], test: pd.DataFrame, cfg: EvaluateParams) -> dict[str, dict[str, float]]:
+def run(variants: list[Variant], test: pd.DataFrame, cfg: EvaluateParams) -> dict[str, Measured]:
     texts, labels = test["text"].tolist(), test["label"].to_numpy()
     previous = torch.get_num_threads()
     try:
-        return {v.name: measure(v, texts, labels, cfg) for v in variants}
+        return {v.name: measure(v, texts, labels, cfg) for v in progress(variants, "evaluate", unit="variant")}
     finally:
         torch.set_num_threads(previous)
+
+
+def quality_pictures(measured: dict[str, Measured], labels: np.ndarray, confusion: Path, calibration: Path) -> None:
+    matrices = {name: confusion_matrix(labels, (m.p_positive >= 0.5).astype(np.int64)) for name, m in measured.items()}
+    confusion_chart(matrices, CLASS_NAMES, confusion)
+    calibration_chart({name: m.reliability for name, m in measured.items()},
+                      {name: m.metrics["ece"] for name, m in measured.items()}, calibration)
+
+
+def attention_pictures(teacher: torch.nn.Module, tok: Tokenizer, baseline: object, test: pd.DataFrame,
+                       task: TaskParams, cfg: EvaluateParams, out: Path, heads_csv: Path) -> pd.DataFrame:
+    """``out``/sentence_<i>.png a sentence and ``out``/heads.png, the head table to ``heads_csv``; returns it."""
+    lexicon = sentiment_lexicon(baseline, cfg.sentiment_words)
+    texts = test["text"].tolist()[: cfg.attention_rows]
+    table = head_table(teacher, tok, texts, task.max_length, lexicon)
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        for i, sentence in enumerate(cfg.attention_sentences):
+            sentence_pictures(teacher, tok, sentence, task.max_length, tmp / f"sentence_{i}.png")
+        head_statistics_picture(table, tmp / "heads.png", len(texts))
+    with atomic_path(heads_csv) as tmp:
+        table.to_csv(tmp, index=False)
+    return table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,6 +150,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/evaluate.json"))
     parser.add_argument("--plot", type=Path, default=Path("plots/evaluate.csv"))
     parser.add_argument("--chart", type=Path, default=Path("plots/tradeoff.png"))
+    parser.add_argument("--confusion", type=Path, default=Path("plots/confusion.png"))
+    parser.add_argument("--calibration", type=Path, default=Path("plots/calibration.png"))
+    parser.add_argument("--attention", type=Path, default=Path("plots/attention"), help="a folder of attention pictures")
+    parser.add_argument("--predictions", type=Path, default=Path("reports/predictions.csv"))
+    parser.add_argument("--heads", type=Path, default=Path("reports/attention_heads.csv"),
+                        help="per-head attention statistics (one row a layer and head)")
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg, task = params.evaluate, params.task
@@ -128,22 +177,32 @@ def main(argv: list[str] | None = None) -> None:
             return Variant(name, path, predict, predict)
 
         variants = [
-            Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba),
+            Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba, probabilities=True),
             torch_variant("teacher", teacher, args.teacher),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
             onnx_variant("student_onnx", args.onnx, args.tokenizer, task, cfg),
             onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, task, cfg),
         ]
-        results = run(variants, test, cfg)
-        write_json(results, args.metrics)
+        measured = run(variants, test, cfg)
+        results = {name: m.metrics for name, m in measured.items()}
+        labels = test["label"].to_numpy()
         table = pd.DataFrame([{"variant": k, **v} for k, v in results.items()])
         with atomic_path(args.plot) as tmp:
             table.to_csv(tmp, index=False)
+        with atomic_path(args.predictions) as tmp:
+            pd.DataFrame({"row": np.arange(len(test)), "label": labels,
+                          **{f"p_{name}": m.p_positive for name, m in measured.items()}}).to_csv(tmp, index=False)
         tradeoff_chart(table, args.chart)
+        quality_pictures(measured, labels, args.confusion, args.calibration)
+        heads = attention_pictures(teacher, tok, baseline, test, task, cfg, args.attention, args.heads)
+        write_json(results, args.metrics)  # last: DVC sees the stage done only when everything is written
         tracker.log_metrics({f"{name}.{key}": value for name, row in results.items() for key, value in row.items()})
-        for path in (args.metrics, args.plot, args.chart):
+        tracker.log_metrics({f"attention.L{r.layer}H{r.head}.{k}": float(getattr(r, k))
+                             for r in heads.itertuples() for k in heads.columns if k not in ("layer", "head")})
+        for path in (args.metrics, args.plot, args.chart, args.confusion, args.calibration, args.predictions, args.heads):
             tracker.log_artifact(path)
+        tracker.log_artifact(args.attention, "attention")
 
 
 if __name__ == "__main__":

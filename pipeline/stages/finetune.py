@@ -35,14 +35,13 @@ from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import Hooks, LoopConfig, Tracker, fit
+from minibert.trainer import Hooks, LoopConfig, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
+from pipeline.curves import write_curves
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
-from pipeline.stages.common import finish_stage
 from pipeline.task import document_logits, encode_documents, encode_train, load_split, split_path
-from pipeline.tracking import stage_run
 
 
 def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int,
@@ -189,7 +188,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pretrained", type=Path, default=Path("models/pretrain/model.safetensors"))
     parser.add_argument("--out", type=Path, default=Path("models/finetune/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/finetune.json"))
+    parser.add_argument("--curves", type=Path, default=Path("plots/curves/finetune.csv"),
+                        help="training curves of both phases (DVC plot); the PNG goes beside it")
     args = parser.parse_args(argv)
+    # mlflow only where a stage logs: the training code stays importable without it
+    from pipeline.stages.common import finish_stage
+    from pipeline.tracking import stage_run
+
     params: Params = load_params()
     cfg, task = params.finetune, params.task
     world = World.from_env()  # several processes under torchrun, else one
@@ -212,14 +217,16 @@ def main(argv: list[str] | None = None) -> None:
         else:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone).to(world.device())  # this rank's GPU when there is one
-        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, tracker, world)
-        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task), tracker,
-                                          world=world)
+        recorder = RecordingTracker(tracker)
+        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world)
+        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task),
+                                          recorder, world=world)
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
         save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout), vocabulary_digest(tok))
-        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
+        curves = write_curves(recorder.history, args.curves, task.name, f"fine-tuning on {task.name}")
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 
 
 if __name__ == "__main__":

@@ -34,14 +34,13 @@ from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer, vocabulary_digest
-from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, Tracker, fit
+from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, RecordingTracker, Tracker, fit
+from pipeline.curves import write_curves
 from pipeline.io import read_table
 from pipeline.params import Params, PretrainParams, flatten, load_params
 from pipeline.progress import progress_bar
 from pipeline.provenance import data_digests
-from pipeline.stages.common import finish_stage
 from pipeline.task import encode_documents
-from pipeline.tracking import project_root, stage_run
 
 
 def build_sequences(
@@ -145,8 +144,8 @@ def run(
     with progress_bar(cfg.max_steps, "pretrain") as bar:
         result: LoopResult = fit(
             trained, batch_stream(train, cfg, model_cfg.vocab_size, world), mlm_step, cfg.optim,
-            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, accumulate=cfg.accumulate,
-                       precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
+            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                       accumulate=cfg.accumulate, precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
             tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
         )
     examples = result.steps * cfg.batch_size * cfg.accumulate
@@ -175,9 +174,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--out", type=Path, default=Path("models/pretrain/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/pretrain.json"))
+    parser.add_argument("--curves", type=Path, default=Path("plots/curves/pretrain.csv"),
+                        help="training curves (DVC plot); the PNG goes beside it")
     parser.add_argument("--resume", type=Path, default=Path(".minibert/resume/pretrain.pt"),
                         help="resumable training state (not a DVC output: it survives a killed run)")
     args = parser.parse_args(argv)
+    # mlflow only where a stage logs: the training code stays importable without it
+    from pipeline.stages.common import finish_stage
+    from pipeline.tracking import project_root, stage_run
+
     params: Params = load_params()
     world = World.from_env()  # several processes under torchrun, else one
     world.init()
@@ -189,11 +194,13 @@ def main(argv: list[str] | None = None) -> None:
         fingerprint = json.dumps({"params": flatten({"model": params.model, "pretrain": params.pretrain}),
                                   "inputs": data_digests([args.corpus, args.tokenizer], project_root())}, sort_keys=True)
         checkpointer = Checkpointer(args.resume, hashlib.sha256(fingerprint.encode()).hexdigest())
-        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), tracker, checkpointer, world)
+        recorder = RecordingTracker(tracker)
+        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), recorder, checkpointer, world)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
         save_model(model, model_cfg, args.out, vocabulary=vocabulary_digest(tok))
-        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint"})
+        curves = write_curves(recorder.history, args.curves, "pretrain", "MLM pretraining")
+        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 
 
 if __name__ == "__main__":

@@ -6,25 +6,31 @@ MLflow pyfunc (``pipeline/serving_model.py``): raw text in, label and probabilit
 run registers a new version with alias ``challenger``; the first version ever also becomes
 ``champion`` (promotion of later challengers is a separate, gated step). The version carries
 the git commit, the pipeline run and its dev accuracy as tags. Refuses to register below
-``register.min_accuracy``. Writes models/registry.json with the name, version and aliases.
+``register.min_accuracy``. Writes models/registry.json with the name, version and aliases, and the
+model card (``pipeline/model_card.py``) to models/card/README.md, which is registered with the
+model as its README and set as the version's description.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline.io import DataError, read_json, write_json
+from pipeline.document import to_markdown
+from pipeline.io import DataError, atomic_path, read_json, write_json
+from pipeline.model_card import CARD_SECTIONS, card_blocks
 from pipeline.params import Params, load_params
-from pipeline.provenance import git_commit
+from pipeline.provenance import git_commit, raw_data_digests
 from pipeline.tracking import (
     alias_version,
     log_pyfunc_model,
     project_root,
     set_aliases,
+    set_version_description,
     stage_run,
 )
 
@@ -44,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--evaluation", type=Path, default=Path("metrics/evaluate.json"))
     parser.add_argument("--out", type=Path, default=Path("models/registry.json"))
+    parser.add_argument("--data-report", type=Path, default=Path("reports/data.json"))
+    parser.add_argument("--card", type=Path, default=Path("models/card/README.md"),
+                        help="the model card, registered with the model as README.md")
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg = params.register
@@ -55,20 +64,33 @@ def main(argv: list[str] | None = None) -> None:
         raise DataError(
             f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
         )
-    with stage_run("register", params, ["register", "task", "evaluate"], [args.onnx, args.tokenizer, args.evaluation]) as tracker:
+    inputs = [args.onnx, args.tokenizer, args.evaluation, args.data_report]
+    with stage_run("register", params, ["register", "task", "evaluate", *CARD_SECTIONS], inputs) as tracker:
+        root = project_root()
+        sha, dirty = git_commit(root)
+        provenance = {"git commit": sha + (" (uncommitted changes)" if dirty else ""), "pipeline run": tracker.parent_id or "",
+                      "registering run": tracker.run_id,
+                      "load it with": f"mlflow.pyfunc.load_model('models:/{cfg.model_name}@champion')"}
+        card = partial(card_blocks, params, deployed=DEPLOYED, evaluation=evaluation, data_report=read_json(args.data_report),
+                       digests=raw_data_digests(root), provenance=provenance)
+        if args.card.name != "README.md":
+            raise DataError(f"--card {args.card}: the model card's file must be called README.md")
+        with atomic_path(args.card) as tmp:
+            tmp.write_text(to_markdown(card(version=None), args.card.parent), encoding="utf-8")
         example = pd.DataFrame({"text": ["a gripping , beautifully acted film .", "dull and far too long ."]})
         version = log_pyfunc_model(
             name="model",
             python_model=str(SERVING_CODE),
-            artifacts={"onnx": str(args.onnx), "tokenizer": str(args.tokenizer)},
+            artifacts={"onnx": str(args.onnx), "tokenizer": str(args.tokenizer), "readme": str(args.card)},
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
             model_config={"max_length": params.task.max_length, "stride": params.task.stride,
                           "aggregate": params.task.aggregate, "threads": params.evaluate.threads},
-            tags={"git_commit": git_commit(project_root())[0], "dev_accuracy": f"{deployed['accuracy']:.4f}",
+            tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
         )
+        set_version_description(cfg.model_name, version, to_markdown(card(version=version), args.card.parent))
         aliases = ["challenger"] + ([] if alias_version(cfg.model_name, "champion") else ["champion"])
         set_aliases(cfg.model_name, version, aliases)
         record = {"model_name": cfg.model_name, "version": version, "aliases": aliases, "run_id": tracker.run_id,
@@ -76,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         write_json(record, args.out)
         tracker.log_metrics({"dev_accuracy": deployed["accuracy"], "registered_version": float(version)})
         tracker.log_artifact(args.out)
+        tracker.log_artifact(args.card)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,12 @@ from minibert.tokenizer import load_tokenizer
 from pipeline.io import DataError, atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
+from pipeline.progress import progress
 from pipeline.stages.common import finish_stage
 from pipeline.task import encode_train, load_split, split_path
 from pipeline.tracking import stage_run
+
+CHUNK_ROWS = 4096
 
 
 def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
@@ -63,7 +66,9 @@ def main(argv: list[str] | None = None) -> None:
         teacher, _, _ = load_model(args.teacher)
         sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
         start = time.perf_counter()
-        logits = predict_logits(teacher.eval(), sequences, batch_size=128)  # (N, L)
+        chunks = range(0, len(sequences), CHUNK_ROWS)  # a bar step a chunk; each chunk batched by length
+        logits = np.concatenate([predict_logits(teacher.eval(), sequences[i : i + CHUNK_ROWS], batch_size=128)
+                                 for i in progress(chunks, "teacher logits", unit="chunk")])  # (N, L)
         seconds = time.perf_counter() - start
         save_logits(args.out, logits, labels)
         metrics = {"rows": len(labels), "seconds": seconds,
