@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -14,8 +15,9 @@ import yaml
 from tokenizers import Tokenizer
 
 from minibert.config import ModelConfig
+from minibert.distributed import World
 from minibert.model import Backbone
-from minibert.trainer import RecordingTracker
+from minibert.trainer import RecordingTracker, Tracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
@@ -72,11 +74,33 @@ class TaskData:
         self.test = validation(tok, load_split(data, task, "test"), task)
 
 
-def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbone | None, data: TaskData) -> dict:
-    """Fine-tune (from ``backbone``, or random init when None) and score the test split of record."""
+class PrintingTracker:
+    """Prints a logged record (one JSON line) at most every ``every_s`` seconds, passing every record on
+    to ``inner``: progress in a log file without a line a step."""
+
+    def __init__(self, inner: Tracker, label: str, every_s: float = 30.0) -> None:
+        self.inner, self.label, self.every_s = inner, label, every_s
+        self.last = time.perf_counter()
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.inner.log_metrics(metrics, step)
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or any(k.startswith(("eval_", "transfer_eval_")) for k in metrics):
+            self.last = now
+            shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()}
+            print(json.dumps({self.label: {"step": step, **shown}}), flush=True)
+
+
+def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbone | None, data: TaskData,
+                       device: torch.device | None = None, tracker: Tracker | None = None) -> dict:
+    """Fine-tune (from ``backbone``, or random init when None) and score the test split of record.
+
+    ``device``: where the classifier trains and predicts; default this process's GPU when there
+    is one (as the finetune stage does), else the CPU. ``tracker`` also receives the training logs.
+    """
     torch.manual_seed(params.finetune.seed)
-    model = build(params.finetune, model_cfg, backbone)
-    tracker = RecordingTracker()
+    model = build(params.finetune, model_cfg, backbone).to(device or World().device())
+    tracker = RecordingTracker(tracker)
     splits = transfer_splits(params.finetune, params.task, data.dir)
     model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, splits, tracker)
     model, metrics = train_classifier(model, params.finetune, data.train, data.val, tracker)

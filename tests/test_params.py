@@ -9,7 +9,7 @@ from minibert.validation import ConfigError
 from pipeline.params import Params, flatten, load_params
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml", ROOT / "profiles" / "imdb.yaml"]
+PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml", ROOT / "profiles" / "imdb.yaml", ROOT / "profiles" / "gpu.yaml"]
 
 
 def write(tmp_path: Path, data: dict) -> Path:
