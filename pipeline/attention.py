@@ -40,6 +40,7 @@ def encode_sentences(tok: Tokenizer, texts: Sequence[str], max_length: int,
     """(ids (B, T), mask (B, T), tokens a sentence, sentiment flags (B, T)) with [CLS] / [SEP],
     cut to ``max_length``. A word piece is flagged when the whole word it belongs to is in
     ``lexicon`` (word pieces joined, lowercased)."""
+    tok.no_padding()  # padding here would make [PAD] look like a real token
     encodings = tok.encode_batch([encodable(t) for t in texts], add_special_tokens=True)
     ids, tokens, flags = [], [], []
     for enc in encodings:

@@ -88,3 +88,17 @@ def test_examples_tolerate_a_variant_with_no_mistakes() -> None:
     test = pd.DataFrame({"text": ["a", "b"], "label": [1, 0]})
     predictions = pd.DataFrame({"row": [0, 1], "label": [1, 0], "p_student_onnx_int8": np.array([0.9, 0.2])})
     assert examples(test, predictions, "student_onnx_int8", 5)["most confident mistakes"].empty
+
+
+def test_sentiment_flags_mark_every_piece_of_a_lexicon_word(stage_project: Path) -> None:
+    from minibert.tokenizer import load_tokenizer
+    from pipeline.attention import encode_sentences
+
+    tok = load_tokenizer(stage_project / "models" / "tokenizer.json")
+    tok.enable_padding(pad_id=0, pad_token="[PAD]")  # a caller's setting must not turn padding into tokens
+    ids, mask, tokens, flags = encode_sentences(tok, ["an unwatchable mess .", "fine"], 64, {"unwatchable", "fine"})
+    first = tokens[0]
+    assert first[0] == "[CLS]" and first[-1] == "[SEP]" and "[PAD]" not in tokens[1]
+    assert "".join(t.removeprefix("##") for t, f in zip(first, flags[0]) if f) == "unwatchable"
+    assert int(mask[1].sum()) == len(tokens[1]) and flags[1, 1 : len(tokens[1]) - 1].all()
+    assert ids.shape == (2, len(first)) and not flags[1, len(tokens[1]):].any()
