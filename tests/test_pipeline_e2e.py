@@ -332,7 +332,7 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
 
     def cmd(name: str) -> list[str]:
         return [sys.executable, "-m", "pipeline.stages.pretrain", "--out", str(tmp_path / f"{name}.safetensors"),
-                "--metrics", str(tmp_path / f"{name}.json")]
+                "--metrics", str(tmp_path / f"{name}.json"), "--curves", str(tmp_path / f"{name}.csv")]
 
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MINIBERT_PARENT_RUN_ID", None)
@@ -354,6 +354,10 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
         timing = {"resumed_from_step", "train_seconds", "ppmi_seconds"}
         assert {k: v for k, v in resumed.items() if k not in timing} == {k: v for k, v in whole.items() if k not in timing}
         assert (tmp_path / "killed.safetensors").read_bytes() == (tmp_path / "uninterrupted.safetensors").read_bytes()
+        curves = [pd.read_csv(tmp_path / f"{n}.csv") for n in ("killed", "uninterrupted")]
+        assert curves[0]["step"].tolist() == curves[1]["step"].tolist(), "the killed run's points are replayed"
+        assert curves[0]["step"].iloc[0] < resumed["resumed_from_step"]
+        np.testing.assert_allclose(curves[0]["train_loss"], curves[1]["train_loss"], rtol=1e-6)
         print(f"resumed from step {resumed['resumed_from_step']}: mlm_loss {resumed['mlm_loss']} == {whole['mlm_loss']}")
     finally:
         params.write_text(original)
