@@ -211,8 +211,11 @@ class ExportParams:
     parity_atol: float = 1e-4  # max |logit difference| ONNX vs torch on SST-2 dev before export fails
     threads: int = 2
     ort_optimizer: bool = False  # ORT's transformer optimiser (SkipLayerNorm, BiasGelu) over the fused graph
+    parity_rows: int | None = 4096  # test windows checked (evenly spaced; SST-2 dev has 872); None = all
 
     def __post_init__(self) -> None:
+        if self.parity_rows is not None and self.parity_rows < 1:
+            raise ConfigError(f"export.parity_rows: {self.parity_rows} must be >= 1, or null for every window")
         if not 17 <= self.opset <= 20:
             raise ConfigError(f"export.opset: {self.opset} is out of range; expected 17..20")
         if self.parity_atol <= 0:

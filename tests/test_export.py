@@ -195,3 +195,12 @@ def test_export_modules_import_no_onnx_until_called() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_parity_sample_spreads_evenly_and_keeps_small_splits_whole() -> None:
+    from pipeline.stages.export import parity_sample
+
+    windows = [[i] for i in range(10_000)]
+    sample = parity_sample(windows, 4)
+    assert sample == [[0], [3333], [6666], [9999]], "first, last and evenly between: every length bucket is seen"
+    assert parity_sample(windows[:872], 4096) == windows[:872] and parity_sample(windows, None) == windows
