@@ -45,7 +45,8 @@ def calibration_chart(tables: dict[str, list[dict[str, float]]], ece: dict[str, 
     fig = new_figure(8, 7.5)
     top, bottom = fig.subplots(2, 1, height_ratios=[3, 1.3], sharex=True)
     top.plot([0.5, 1.0], [0.5, 1.0], color="black", linestyle="--", linewidth=1, label="perfectly calibrated")
-    width = 0.5 / max(len(next(iter(tables.values()), [])) or 10, 10) / (len(tables) + 1)
+    bin_width = next((r["high"] - r["low"] for rows in tables.values() for r in rows), 0.05)
+    width = bin_width / (len(tables) + 1)  # the variants' bars side by side inside one bin
     for i, ((name, rows), colour) in enumerate(zip(tables.items(), COLOURS, strict=False)):
         conf = [r["confidence"] for r in rows]
         top.plot(conf, [r["accuracy"] for r in rows], marker="o", color=colour, label=f"{name} (ECE {ece[name]:.3f})")

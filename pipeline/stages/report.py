@@ -185,15 +185,16 @@ def main(argv: list[str] | None = None) -> None:
     inputs = [args.metrics_dir / f"{name}.json" for name in stages] + [args.predictions, args.heads, test_path]
     with stage_run("report", params, ["task", "evaluate", "report"], inputs) as tracker:
         sha, dirty = git_commit(project_root())
+        predictions = pd.read_csv(args.predictions)
         blocks = build(params, stages, read_json(args.data_report), load_split(args.data, params.task, "test"),
-                       pd.read_csv(args.predictions), pd.read_csv(args.heads), args.plots, sha + (" (uncommitted changes)" if dirty else ""),
+                       predictions, pd.read_csv(args.heads), args.plots, sha + (" (uncommitted changes)" if dirty else ""),
                        read_json(args.registry) if args.registry.is_file() else {})
         html_path = args.out.with_suffix(".html")
         with atomic_path(html_path) as tmp:
             tmp.write_text(to_html(blocks, "minibert run report"), encoding="utf-8")
         with atomic_path(args.out) as tmp:
             tmp.write_text(to_markdown(blocks, args.out.parent), encoding="utf-8")
-        evaluation, wrong = stages["evaluate"], predictions_wrong(pd.read_csv(args.predictions), DEPLOYED)
+        evaluation, wrong = stages["evaluate"], predictions_wrong(predictions, DEPLOYED)
         tracker.log_metrics({"deployed_accuracy": evaluation[DEPLOYED]["accuracy"],
                              "baseline_accuracy": evaluation["baseline"]["accuracy"],
                              "gain_over_baseline": evaluation[DEPLOYED]["accuracy"] - evaluation["baseline"]["accuracy"],
