@@ -141,13 +141,21 @@ def run(
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
     budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
-    with progress_bar(cfg.max_steps, "pretrain") as bar:
-        result: LoopResult = fit(
-            trained, batch_stream(train, cfg, model_cfg.vocab_size, world), mlm_step, cfg.optim,
-            LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                       accumulate=cfg.accumulate, precision=cfg.precision, checkpoint_every=cfg.checkpoint_every),
-            tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
-        )
+    if cfg.max_steps == 0:  # no MLM steps: the encoder is its initialisation (count-based vectors, if asked for)
+        model.eval()
+        with torch.no_grad():
+            first = evaluate_mlm(model, eval_batches)
+        tracker.log_metrics({f"eval_{k}": v for k, v in first.items()}, step=0)
+        result = LoopResult(steps=0, seconds=0.0, last_loss=float("nan"), stopped_by="max_steps", evals=[(0, first)])
+    else:
+        with progress_bar(cfg.max_steps, "pretrain") as bar:
+            result = fit(
+                trained, batch_stream(train, cfg, model_cfg.vocab_size, world), mlm_step, cfg.optim,
+                LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every,
+                           eval_every=cfg.eval_every, accumulate=cfg.accumulate, precision=cfg.precision,
+                           checkpoint_every=cfg.checkpoint_every),
+                tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
+            )
     examples = result.steps * cfg.batch_size * cfg.accumulate
     tokens_seen = examples * float(np.mean([len(s) for s in train]))
     final = result.evals[-1][1]
