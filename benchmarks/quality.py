@@ -73,6 +73,13 @@ def choose_device(name: str) -> torch.device:
     return World().device()
 
 
+def synchronized_clock() -> float:
+    """perf_counter once the GPU has finished what was queued (fit() itself never waits on the GPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, corpus: list[str], steps: int) -> float:
     """Mean wall seconds of a pretraining step, timed over ``steps`` steps of a throwaway model on
     real corpus batches: the first half (kernel loading, allocator warm-up, first sight of each batch shape) left out, and the slowest
@@ -85,7 +92,7 @@ def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, cor
     stamps: list[float] = []
     fit(model, pretrain.batch_stream(sequences, cfg, model_cfg.vocab_size), pretrain.mlm_step, cfg.optim,
         LoopConfig(max_steps=steps, log_every=steps, accumulate=cfg.accumulate, precision=cfg.precision), NullTracker(),
-        Hooks(progress=lambda step, loss: stamps.append(time.perf_counter())))
+        Hooks(progress=lambda step, loss: stamps.append(synchronized_clock())))
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

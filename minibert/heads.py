@@ -55,10 +55,15 @@ class MLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, hidden: Tensor, decoder_weight: Tensor, positions: Tensor | None = None) -> Tensor:
-        """hidden (B, T, C), decoder_weight (V, C) -> logits (B, T, V); with bool ``positions``
-        (B, T), logits (N, V) for the N True positions only, in row-major order."""
+        """hidden (B, T, C), decoder_weight (V, C) -> logits (B, T, V); with ``positions``, logits
+        (N, V) at N positions only: a bool (B, T) mask (its True entries in row-major order), or
+        int64 (N,) indices into the flattened B * T positions. Indices made on the CPU keep a GPU
+        step free of host syncs; a bool mask costs one (the count of True entries)."""
         if positions is not None:
-            hidden = hidden[positions]  # (N, C)
+            if positions.dtype == torch.bool:
+                hidden = hidden[positions]  # (N, C)
+            else:
+                hidden = hidden.flatten(0, 1).index_select(0, positions)  # (N, C)
         h = self.norm(F.gelu(self.dense(hidden)))
         return F.linear(h, decoder_weight, self.bias)
 

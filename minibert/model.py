@@ -99,7 +99,8 @@ class MaskedLM(nn.Module):
         token_type_ids: Tensor | None = None,
         masked_positions: Tensor | None = None,
     ) -> Tensor:
-        """Logits (B, T, V), or (N, V) at the N True entries of bool ``masked_positions`` (B, T)."""
+        """Logits (B, T, V), or (N, V) at ``masked_positions``: the True entries of a bool (B, T)
+        mask, or int64 (N,) indices into the flattened B * T positions (``MLMHead``)."""
         hidden, _ = self.backbone(input_ids, attention_mask, token_type_ids)
         return self.head(hidden, self.backbone.embeddings.tokens.weight, masked_positions)
 

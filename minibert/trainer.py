@@ -122,7 +122,9 @@ def build_optimizer(
         {"params": params, "weight_decay": cfg.weight_decay if decay else 0.0, "lr": cfg.lr * scale}
         for (decay, scale), params in sorted(groups.items(), key=lambda kv: (not kv[0][0], -kv[0][1]))
     ]
-    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    on_gpu = any(p.is_cuda for group in param_groups for p in group["params"])
+    # fused: one kernel for the whole update on a GPU (the foreach default launches several per group)
+    return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True if on_gpu else None)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_steps: int) -> LRScheduler:
@@ -161,7 +163,9 @@ class Adversary(Protocol):
     def attack(self, model: nn.Module, batch: tuple[Tensor, ...], loss_fn: LossFn, scale: float) -> None: ...
 
 
-LossFn = Callable[[nn.Module, tuple[Tensor, ...]], tuple[Tensor, int]]
+# (model, batch) -> (mean loss, real tokens in the batch). The count may be a 0-dim tensor on the
+# model's device: fit() reads values back only when it logs, so a GPU step waits on nothing.
+LossFn = Callable[[nn.Module, tuple[Tensor, ...]], tuple[Tensor, "int | Tensor"]]
 
 
 @dataclass
@@ -169,7 +173,7 @@ class Hooks:
     """Optional parts of a training run, all called from ``fit``."""
 
     evaluate: Callable[[nn.Module], dict[str, float]] | None = None  # in eval mode, no grad
-    progress: Callable[[int, float], None] | None = None  # (step, loss) after each step
+    progress: Callable[[int, float], None] | None = None  # (step, last logged mean train loss) after each step
     before_step: Callable[[int], None] | None = None  # (step about to run), e.g. gradual unfreezing
     adversary: Adversary | None = None
     lr_scale: Callable[[str], float] | None = None  # parameter name -> LR multiplier (e.g. LLRD)
@@ -280,7 +284,7 @@ def fit(
         trained = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     start = time.perf_counter() - spent_before
     window_loss, window_tokens, window_start, window_steps = 0.0, 0, time.perf_counter(), 0
-    stopped_by, loss_value = "max_steps", float("nan")
+    stopped_by, loss_value, shown_loss = "max_steps", float("nan"), float("nan")  # shown: the last logged mean
 
     def run_eval(at: int) -> None:
         model.eval()
@@ -309,11 +313,12 @@ def fit(
                 (loss / loop.accumulate).backward()
             if hooks.adversary is not None:
                 hooks.adversary.attack(model, batch, loss_fn, 1.0 / loop.accumulate)
-            loss_value += float(loss.detach()) / loop.accumulate
-            tokens += n
+            # device tensors, read back only when logging: a GPU step queues its kernels and never waits
+            loss_value = loss_value + loss.detach().float() / loop.accumulate
+            tokens = tokens + n
         grad_norm = (
-            float(torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip))
-            if optim_cfg.grad_clip > 0 else float("nan")
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip)
+            if optim_cfg.grad_clip > 0 else None
         )
         optimizer.step()
         scheduler.step()
@@ -321,12 +326,15 @@ def fit(
         window_loss, window_tokens, window_steps = window_loss + loss_value, window_tokens + tokens, window_steps + 1
         if step % loop.log_every == 0 or step == loop.max_steps:
             now = time.perf_counter()
-            loss_sum, tokens_sum = world.sum([window_loss, float(window_tokens)])  # every rank's share of the global batch
-            log({"train_loss": loss_sum / world.size / window_steps, "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
+            # every rank's share of the global batch
+            loss_sum, tokens_sum = world.sum([float(window_loss), float(window_tokens)])
+            shown_loss = loss_sum / world.size / window_steps
+            log({"train_loss": shown_loss, "lr": scheduler.get_last_lr()[0],
+                 "grad_norm": float("nan") if grad_norm is None else float(grad_norm),
                  "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)}, step)
             window_loss, window_tokens, window_start, window_steps = 0.0, 0, now, 0
         if hooks.progress is not None:
-            hooks.progress(step, loss_value)
+            hooks.progress(step, shown_loss)
         if hooks.evaluate is not None and loop.eval_every and step % loop.eval_every == 0 and step < loop.max_steps:
             run_eval(step)
         if hooks.should_stop is not None and world.agree(hooks.should_stop()):
@@ -345,4 +353,4 @@ def fit(
     if checkpointer is not None and world.main:
         checkpointer.clear()
     world.barrier()
-    return LoopResult(step, time.perf_counter() - start, loss_value, stopped_by, evals, resumed_from)
+    return LoopResult(step, time.perf_counter() - start, float(loss_value), stopped_by, evals, resumed_from)

@@ -72,6 +72,9 @@ def test_sparse_mlm_head_equals_dense_logits_at_masked_positions() -> None:
         sparse = model(ids, mask, masked_positions=positions)
     assert sparse.shape == (5, V)
     torch.testing.assert_close(sparse, dense[positions], **TOL)
+    with torch.no_grad():  # the same positions as int64 indices into the flattened (B * T) positions
+        by_index = model(ids, mask, masked_positions=positions.flatten().nonzero().squeeze(1))
+    torch.testing.assert_close(by_index, sparse, rtol=0, atol=0)
 
 
 def test_mlm_decoder_is_tied_to_the_word_embeddings_and_stored_once() -> None:

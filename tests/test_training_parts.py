@@ -1,6 +1,8 @@
 """Masking, batching, losses, schedules and the training loop: the maths the stages stand on."""
 
 import math
+import os
+import sys
 import time
 
 import numpy as np
@@ -147,6 +149,37 @@ def test_fit_reduces_loss_logs_and_evaluates() -> None:
     assert len(losses) == 4 and losses[-1] < 0.01 * losses[0]
     assert [s for s, _ in result.evals] == [100, 200]
     assert result.evals[-1][1]["w_error"] < 0.05 and result.stopped_by == "max_steps"
+
+
+def test_fit_reads_values_back_only_when_it_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU every read of a device value (float(), .item(), int()) waits for the queued work:
+    fit keeps loss, token count and gradient norm as tensors and reads them at log steps only.
+    Counted: reads made by the training loop's own code (AdamW's CPU step counter is not a device
+    value, and the fused GPU AdamW keeps it on the device)."""
+    w = torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    reads = {"n": 0}
+    for name in ("__float__", "__int__", "__bool__", "item"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original):
+            reads["n"] += sys._getframe(1).f_code.co_filename.endswith(os.path.join("minibert", "trainer.py"))
+            return _original(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    shown: list[float] = []
+
+    def step(m, batch):
+        x, y = batch
+        return F.mse_loss(m(x), y), torch.tensor(len(x))
+
+    tracker = RecordingTracker()
+    result = fit(torch.nn.Linear(4, 1), _toy_stream(w), step, OptimConfig(lr=0.05, warmup_ratio=0.0, schedule="constant"),
+                 LoopConfig(max_steps=200, log_every=50), tracker, Hooks(progress=lambda s, loss: shown.append(loss)))
+    monkeypatch.undo()
+    assert result.steps == 200 and reads["n"] <= 4 * 4 + 2  # 4 log steps x (loss, tokens, grad norm, slack) + the end
+    assert len(shown) == 200 and math.isnan(shown[0]) and shown[-1] == tracker.series("train_loss")[-1][1]
+    assert shown[49] == tracker.series("train_loss")[0][1]  # the bar shows the last logged window mean
+    assert tracker.series("tokens_per_s")[0][1] > 0 and math.isfinite(result.last_loss)
 
 
 def test_fit_stops_when_the_time_budget_is_spent() -> None:

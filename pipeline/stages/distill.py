@@ -64,9 +64,9 @@ def run(
     return student, metrics
 
 
-def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, int]:
+def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, Tensor]:
     ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
-    return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), int(mask.sum())
+    return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), mask.sum()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -74,13 +74,15 @@ def corpus_embeddings(encoded: list[list[int]], vocab_size: int, dim: int, cfg: 
 
 
 def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, gen: torch.Generator) -> tuple[Tensor, ...]:
-    """(masked ids, attention mask, bool masked positions, labels at those positions)."""
+    """(masked ids, attention mask, masked positions as int64 indices into the flattened B * T
+    positions, labels at those positions). Indices, not a bool mask: made here on the CPU, they
+    spare the GPU step a host sync (``MLMHead``)."""
     ids, mask = pad_batch(seqs, pad_id=0)
     maskable = ids >= len(SPECIAL_TOKENS)  # specials and padding are never masked
     masked, labels = mask_tokens(ids, maskable, SPECIAL_TOKENS.index(MASK), len(SPECIAL_TOKENS), vocab_size,
                                  cfg.mlm_probability, gen)
-    positions = labels != -100
-    return masked, mask, positions, labels[positions]
+    positions = (labels.flatten() != -100).nonzero().squeeze(1)
+    return masked, mask, positions, labels.flatten()[positions]
 
 
 def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int, world: World | None = None) -> EpochStream:
@@ -94,9 +96,9 @@ def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: in
     )
 
 
-def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, int]:
+def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
     ids, mask, positions, labels = batch
-    return mlm_loss(model(ids, mask, masked_positions=positions), labels), int(mask.sum())
+    return mlm_loss(model(ids, mask, masked_positions=positions), labels), mask.sum()  # a tensor: no host sync
 
 
 def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str, float]:
