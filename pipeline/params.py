@@ -76,7 +76,8 @@ class TaskParams:
     max_length: int = 64  # tokens a sequence or window, [CLS] and [SEP] included
     stride: int = 48  # window step for texts longer than max_length (consecutive windows overlap)
     aggregate: Literal["mean", "max", "first"] = "mean"  # window logits -> one prediction
-    truncation: Literal["head", "head_tail"] = "head"  # long training texts keep their head, or head + tail
+    # long training texts keep their head, or head + tail, or become all their consecutive windows (each with the label)
+    truncation: Literal["head", "head_tail", "windows"] = "head"
 
     def __post_init__(self) -> None:
         check_window("task", self)
@@ -126,7 +127,7 @@ class TransferParams:
     time_budget_min: float | None = None
     max_length: int = 128  # tokens a training text / validation window
     stride: int = 96  # validation window step
-    truncation: Literal["head", "head_tail"] = "head_tail"
+    truncation: Literal["head", "head_tail", "windows"] = "head_tail"
 
     def __post_init__(self) -> None:
         check_ranges("finetune.transfer", self, {"epochs": "> 0", "time_budget_min": "> 0"})

@@ -1,7 +1,7 @@
 """The classification task a profile trains and evaluates, and how its texts become model inputs.
 
 ``task.name`` picks the prepared splits (train / val / test of record); training sequences are
-cut to ``task.max_length`` (the head, or head and tail: ``task.truncation``); every prediction
+cut to ``task.max_length`` (the head, head and tail, or every window: ``task.truncation``); every prediction
 (validation, evaluation, export parity, serving) reads the whole text through sliding windows
 of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combined by
 ``task.aggregate``. SST-2 sentences fit one window; IMDb reviews take several.
@@ -17,7 +17,7 @@ import pandas as pd
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from minibert.inference import encode, predict_documents
+from minibert.inference import chunk_document, encode, predict_documents
 from minibert.tokenizer import CLS, SEP
 from pipeline.io import read_table
 from pipeline.params import TaskParams
@@ -40,8 +40,17 @@ def load_split(data_dir: Path, task: TaskParams, split: str) -> pd.DataFrame:
 
 
 def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray]:
-    """Training sequences (cut to task.max_length as task.truncation says) and labels."""
-    return encode(tok, df["text"].tolist(), task.max_length, task.truncation), df["label"].to_numpy()
+    """Training sequences and their labels. ``task.truncation``: "head" / "head_tail" cut a long
+    text to one sequence of task.max_length; "windows" makes every text all its consecutive,
+    non-overlapping windows of task.max_length, each labelled as the text (a review of 3 windows
+    gives 3 rows: every token is trained on, not just the first and last ones)."""
+    labels = df["label"].to_numpy()
+    if task.truncation != "windows":
+        return encode(tok, df["text"].tolist(), task.max_length, task.truncation), labels
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    windows = [chunk_document(ids, task.max_length, cls_id, sep_id) or [[cls_id, sep_id]]
+               for ids in encode_documents(tok, df["text"].tolist())]
+    return [w for doc in windows for w in doc], np.repeat(labels, [len(doc) for doc in windows])
 
 
 def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:

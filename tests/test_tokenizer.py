@@ -146,3 +146,24 @@ def test_training_twice_in_separate_processes_gives_the_same_file(tmp_path: Path
     for name in ("a", "b"):
         subprocess.run([sys.executable, "-c", code, str(sst2), str(tmp_path / f"{name}.json")], check=True, timeout=120)
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_windows_truncation_trains_on_every_token_with_the_text_label(trained: Tokenizer) -> None:
+    import pandas as pd
+
+    from pipeline.params import TaskParams
+    from pipeline.task import encode_train
+
+    long_text, short_text = " ".join(CORPUS[:3]), "short one"
+    df = pd.DataFrame({"text": [long_text, short_text, ""], "label": [1, 0, 1]})
+    task = TaskParams(name="imdb", max_length=18, stride=12, truncation="windows")
+    sequences, labels = encode_train(trained, df, task)
+    full = trained.encode(long_text, add_special_tokens=False).ids
+    cls_id, sep_id = trained.token_to_id("[CLS]"), trained.token_to_id("[SEP]")
+    pieces = -(-len(full) // 16)  # 16 tokens a window between [CLS] and [SEP]
+    assert len(full) > 32 and len(sequences) == pieces + 2
+    assert [t for s in sequences[:pieces] for t in s[1:-1]] == full  # every token once, in order
+    assert all(s[0] == cls_id and s[-1] == sep_id and len(s) <= 18 for s in sequences)
+    assert sequences[pieces] == encode_train(trained, df.iloc[[1]], TaskParams(max_length=18, stride=12))[0][0]
+    assert sequences[-1] == [cls_id, sep_id]  # an empty text still gives one row, so no label is lost
+    assert labels.tolist() == [1] * pieces + [0, 1]
