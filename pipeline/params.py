@@ -215,8 +215,7 @@ class ExportParams:
     parity_rows: int | None = 4096  # test windows checked (evenly spaced; SST-2 dev has 872); None = all
 
     def __post_init__(self) -> None:
-        if self.parity_rows is not None and self.parity_rows < 1:
-            raise ConfigError(f"export.parity_rows: {self.parity_rows} must be >= 1, or null for every window")
+        check_ranges("export", self, {"parity_rows": ">= 1"})  # null: every window
         if not 17 <= self.opset <= 20:
             raise ConfigError(f"export.opset: {self.opset} is out of range; expected 17..20")
         if self.parity_atol <= 0:

@@ -81,8 +81,9 @@ def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, ge
     maskable = ids >= len(SPECIAL_TOKENS)  # specials and padding are never masked
     masked, labels = mask_tokens(ids, maskable, SPECIAL_TOKENS.index(MASK), len(SPECIAL_TOKENS), vocab_size,
                                  cfg.mlm_probability, gen)
-    positions = (labels.flatten() != -100).nonzero().squeeze(1)
-    return masked, mask, positions, labels.flatten()[positions]
+    flat = labels.flatten()
+    positions = (flat != -100).nonzero().squeeze(1)
+    return masked, mask, positions, flat[positions]
 
 
 def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int, world: World | None = None) -> EpochStream:
