@@ -145,11 +145,11 @@ def pretrain_throughput(history: RecordingTracker, metrics: dict, params: Params
     cfg = params.pretrain
     examples = metrics["steps"] * cfg.batch_size * cfg.accumulate
     mean_length = metrics["approx_tokens_seen"] / max(examples, 1)
-    out: dict = {"tokens_per_s_mean": float(np.mean(rates)) if rates else float("nan"),
-                 "tokens_per_s_after_first_window": float(np.mean(rates[1:])) if len(rates) > 1 else float("nan"),
+    out: dict = {"tokens_per_s_mean": float(np.mean(rates)) if rates else None,  # None: JSON null, never NaN
+                 "tokens_per_s_after_first_window": float(np.mean(rates[1:])) if len(rates) > 1 else None,
                  "tokens_per_s_windows": len(rates), "mean_sequence_length": mean_length,
                  "tokens_per_s_overall": metrics["approx_tokens_seen"] / max(metrics["train_seconds"], 1e-9)}
-    if mean_length > 2:
+    if mean_length > 2 and rates:
         flops = mlm_train_flops_per_token(model_cfg, mean_length, cfg.mlm_probability)
         rate = out["tokens_per_s_after_first_window"] if len(rates) > 1 else out["tokens_per_s_mean"]
         out.update(train_flops_per_token=flops, model_tflops_per_s=rate * flops / 1e12, peak_tflops=peak_tflops,
@@ -295,7 +295,7 @@ def summarise(record: dict, tag: str) -> None:
     if tp and "mfu" in tp:
         pre = record["pretrain"]
         print(f"pretrain: {pre['steps']} steps in {pre['train_seconds']:.1f} s, MLM accuracy {100 * pre['mlm_accuracy']:.2f}; "
-              f"{tp['tokens_per_s_after_first_window']:.0f} tokens/s (mean over windows {tp['tokens_per_s_mean']:.0f}); "
+              f"{tp['tokens_per_s_after_first_window'] or tp['tokens_per_s_mean']:.0f} tokens/s (mean over windows {tp['tokens_per_s_mean']:.0f}); "
               f"{tp['train_flops_per_token'] / 1e6:.1f} MFLOP/token; {tp['model_tflops_per_s']:.1f} TFLOP/s; "
               f"MFU {100 * tp['mfu']:.2f} % of {tp['peak_tflops']:.0f}, {100 * tp['mfu_vs_measured_matmul']:.2f} % of "
               f"{H200_MEASURED_MATMUL_TFLOPS:.0f} TFLOP/s", flush=True)

@@ -122,7 +122,7 @@ def main() -> None:
     rows = select(pred, conf, review_labels, args.threshold, args.agree, args.max_sentences)
     note(sentences=len(sentences), label_s=time.perf_counter() - labelling, pseudo_rows=len(rows),
          teacher_agrees_with_review=float((pred == review_labels).mean()),
-         pseudo_agree_with_review=float((pred[rows] == review_labels[rows]).mean()))
+         pseudo_agree_with_review=float((pred[rows] == review_labels[rows]).mean()) if len(rows) else None)
     pseudo = ([ids[i] for i in rows], pred[rows])
 
     torch.manual_seed(cfg.seed + 1)

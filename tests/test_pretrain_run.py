@@ -1,5 +1,7 @@
 """pretrain.run end to end on toy text: zero MLM steps leaves the count-based initialisation."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -34,6 +36,8 @@ def test_zero_steps_keeps_the_ppmi_vectors_and_reports_one_evaluation(toy) -> No
     torch.testing.assert_close(model.backbone.embeddings.tokens.weight[ids], vectors)
     assert 0.0 <= metrics["mlm_accuracy"] <= 1.0 and np.isfinite(metrics["mlm_loss"])
     assert [step for step, _ in history.series("eval_mlm_loss")] == [0]
+    assert "final_train_loss" not in metrics  # no step, no training loss
+    json.dumps(metrics, allow_nan=False)  # the metrics file stays strict JSON (a NaN raises here)
 
 
 def test_some_steps_move_the_vectors(toy) -> None:
@@ -42,5 +46,5 @@ def test_some_steps_move_the_vectors(toy) -> None:
     model, metrics = pretrain.run(params(3, "ppmi_svd"), cfg, tok, texts, NullTracker())
     ids, vectors, _ = pretrain.corpus_embeddings(pretrain.encode_documents(tok, texts), tok.get_vocab_size(),
                                                  cfg.hidden_size, params(3, "ppmi_svd"))
-    assert metrics["steps"] == 3
+    assert metrics["steps"] == 3 and np.isfinite(metrics["final_train_loss"])
     assert not torch.allclose(model.backbone.embeddings.tokens.weight[ids], vectors)

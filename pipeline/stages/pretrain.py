@@ -172,10 +172,11 @@ def run(
         "resumed_from_step": result.resumed_from,
         "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
-        "final_train_loss": result.last_loss,
         "processes": world.size,
         **init_metrics,
     }
+    if result.steps:  # no training loss without a step (and no NaN in the metrics JSON)
+        metrics["final_train_loss"] = result.last_loss
     return model.cpu().eval(), metrics
 
 
