@@ -24,7 +24,9 @@ import torch
 from common import ROOT, add_params_args, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model
+from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
+from pipeline.metrics import classification_metrics
 from pipeline.stages.baseline import run as fit_baseline
 from pipeline.stages.finetune import validation
 from pipeline.task import load_split
@@ -33,7 +35,7 @@ WEIGHTS = np.round(np.linspace(0.0, 1.0, 11), 1)  # the fine-tuned model's share
 
 
 def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
-    return float((prob.argmax(1) == labels).mean())
+    return classification_metrics(labels, prob)["accuracy"]
 
 
 def best_weight(model_val: np.ndarray, other_val: np.ndarray, labels: np.ndarray) -> float:
@@ -53,13 +55,14 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     train, val, test = (load_split(args.data, task, split) for split in ("train", "val", "test"))
     model, _, _ = load_model(args.model)
-    val_prob, test_prob = (torch.softmax(torch.from_numpy(validation(tok, df, task)[0](model)), -1).numpy()
-                           for df in (val, test))
+    val_prob, test_prob = (softmax(validation(tok, df, task)[0](model)) for df in (val, test))
     y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()
     record: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "model": str(args.model),
                     "task": task.name, "model_test_accuracy": accuracy(test_prob, y_test)}
-    extra = {"imdb": load_split(args.data, dataclasses.replace(task, name="imdb"), "train")} if task.name == "sst2" else {}
-    for name, rows in {"tfidf": train, **{f"tfidf+{k}": pd.concat([train, v]) for k, v in extra.items()}}.items():
+    fits = {"tfidf": train}
+    if task.name == "sst2":  # and again with the labelled IMDb reviews
+        fits["tfidf+imdb"] = pd.concat([train, load_split(args.data, dataclasses.replace(task, name="imdb"), "train")])
+    for name, rows in fits.items():
         baseline, metrics = fit_baseline(params.baseline, rows, val)
         other_val, other_test = baseline.predict_proba(val["text"]), baseline.predict_proba(test["text"])
         w = best_weight(val_prob, other_val, y_val)

@@ -30,6 +30,7 @@ from minibert.checkpoint import load_model, save_model
 from minibert.config import ClassifierConfig
 from minibert.inference import encode, predict_logits
 from minibert.model import SequenceClassifier
+from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.metrics import classification_metrics
@@ -117,7 +118,7 @@ def main() -> None:
     else:
         logits = predict_logits(teacher, ids, 256)
         np.save(cache, logits)
-    prob = torch.softmax(torch.from_numpy(logits), -1).numpy()
+    prob = softmax(logits)
     pred, conf = prob.argmax(1), prob.max(1)
     rows = select(pred, conf, review_labels, args.threshold, args.agree, args.max_sentences)
     note(sentences=len(sentences), label_s=time.perf_counter() - labelling, pseudo_rows=len(rows),
