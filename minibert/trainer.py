@@ -33,6 +33,8 @@ from torch.optim.lr_scheduler import (
 
 from minibert.distributed import World
 from minibert.files import ArtifactError, atomic_output
+from minibert.precision import CHOICES as PRECISION_CHOICES
+from minibert.precision import PRECISIONS, resolve_precision
 from minibert.validation import ConfigError, check_choice, check_types
 
 
@@ -137,9 +139,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_step
     return SequentialLR(optimizer, [ramp, decay], milestones=[warmup])
 
 
-PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
-
-
 @dataclass(frozen=True)
 class LoopConfig:
     max_steps: int  # optimizer steps; the LR schedule is laid out over them
@@ -147,14 +146,14 @@ class LoopConfig:
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate only at the end
     accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
-    precision: str = "fp32"  # key of PRECISIONS: "bf16" runs forward and loss under autocast
+    precision: str = "fp32"  # fp32 | bf16 (forward and loss under autocast) | auto (bf16 where native; minibert.precision)
     checkpoint_every: int = 0  # optimizer steps between resumable checkpoints; 0 = never
 
     def __post_init__(self) -> None:
         check_types(self)
         if self.max_steps < 1 or self.accumulate < 1 or self.log_every < 1:
             raise ConfigError(f"need max_steps, accumulate, log_every >= 1; got {self}")
-        check_choice(self.precision, PRECISIONS, "precision")
+        check_choice(self.precision, PRECISION_CHOICES, "precision")
 
 
 class Adversary(Protocol):
@@ -188,6 +187,7 @@ class LoopResult:
     stopped_by: str  # "max_steps" | "time_budget" | "hook" (should_stop said so)
     evals: list[tuple[int, dict[str, float]]]
     resumed_from: int = 0  # step the run resumed at (0: a fresh start)
+    precision: str = "fp32"  # what the run used: LoopConfig.precision with "auto" resolved
 
 
 class Checkpointer:
@@ -251,7 +251,8 @@ def fit(
     if not world.main:
         tracker, hooks = NullTracker(), dataclasses.replace(hooks, progress=None)
     device = next(model.parameters()).device
-    autocast_dtype = PRECISIONS[loop.precision]
+    precision = resolve_precision(loop.precision, device)
+    autocast_dtype = PRECISIONS[precision]
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps)
     evals: list[tuple[int, dict[str, float]]] = []
@@ -353,4 +354,4 @@ def fit(
     if checkpointer is not None and world.main:
         checkpointer.clear()
     world.barrier()
-    return LoopResult(step, time.perf_counter() - start, float(loss_value), stopped_by, evals, resumed_from)
+    return LoopResult(step, time.perf_counter() - start, float(loss_value), stopped_by, evals, resumed_from, precision)

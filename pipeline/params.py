@@ -104,7 +104,7 @@ class PretrainParams:
     time_budget_min: float | None = None  # stop early when spent; None = run max_steps
     optim: OptimConfig = field(default_factory=OptimConfig)
     accumulate: int = 1  # micro-batches per optimizer step
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16 autocast (pays on CPUs with AMX / on GPUs)
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"  # bf16 autocast; auto: bf16 where native (minibert.precision)
     checkpoint_every: int = 100  # steps between resumable checkpoints (a killed run continues); 0 = off
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30 % more compute
     compile: bool = False  # torch.compile the model (inductor; pays only for long runs, compiling takes a minute)
@@ -146,7 +146,7 @@ class FinetuneParams:
     from_pretrained: bool = True  # False trains from random initialisation (the no-pretraining ablation)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-4, warmup_ratio=0.1))
     accumulate: int = 1
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"  # as PretrainParams.precision
     llrd: float = 1.0  # layer-wise LR decay: layer l of L trains at lr * llrd^(L-1-l); 1.0 = off
     unfreeze_every: int = 0  # steps between thawing backbone layers top-down (ULMFiT); 0 = off
     adversarial: Literal["none", "fgm", "pgd"] = "none"  # perturbations of the word embeddings

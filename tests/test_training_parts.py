@@ -4,15 +4,18 @@ import math
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from minibert import precision
 from minibert.batching import EpochStream, bucketed_batches, pad_batch, sorted_batches
 from minibert.losses import kd_loss, mlm_loss
 from minibert.masking import IGNORE_INDEX, mask_tokens
+from minibert.precision import cpu_has_native_bf16
 from minibert.trainer import (
     Checkpointer,
     Hooks,
@@ -279,9 +282,46 @@ def test_lr_scale_makes_groups_with_their_own_learning_rate() -> None:
 def test_bf16_autocast_trains() -> None:
     model = torch.nn.Linear(4, 1)
     tracker = RecordingTracker()
-    fit(model, _toy_stream(torch.ones(4, 1)), lambda m, b: (F.mse_loss(m(b[0]).float(), b[1]), 1),
-        OptimConfig(lr=0.05, warmup_ratio=0.0), LoopConfig(max_steps=60, log_every=20, precision="bf16"), tracker)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fit(model, _toy_stream(torch.ones(4, 1)), lambda m, b: (F.mse_loss(m(b[0]).float(), b[1]), 1),
+                     OptimConfig(lr=0.05, warmup_ratio=0.0), LoopConfig(max_steps=60, log_every=20, precision="bf16"),
+                     tracker)
     losses = [v for _, v in tracker.series("train_loss")]
     assert losses[-1] < 0.2 * losses[0]
-    with pytest.raises(ConfigError, match=r"precision: 'fp8' is not one of \['fp32', 'bf16'\]"):
+    assert result.precision == "bf16"  # an explicit bf16 is honoured even where it is emulated...
+    emulated = [w for w in caught if "without native bf16" in str(w.message)]
+    assert len(emulated) == (0 if cpu_has_native_bf16() else 1)  # ...with a warning there
+    with pytest.raises(ConfigError, match=r"precision: 'fp8' is not one of \['fp32', 'bf16', 'auto'\]"):
         LoopConfig(max_steps=1, precision="fp8")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_follows_the_hardware(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    """``auto`` runs bf16 autocast only where the CPU has it natively; fit reports what it used."""
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    seen: list[torch.dtype] = []
+
+    def loss(m: torch.nn.Module, b: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, int]:
+        out = m(b[0])
+        seen.append(out.dtype)
+        return F.mse_loss(out.float(), b[1]), 1
+
+    result = fit(torch.nn.Linear(4, 1), _toy_stream(torch.ones(4, 1)), loss, OptimConfig(lr=0.05, warmup_ratio=0.0),
+                 LoopConfig(max_steps=3, log_every=1, precision="auto"), RecordingTracker())
+    assert result.precision == ("bf16" if native else "fp32")
+    assert set(seen) == {torch.bfloat16 if native else torch.float32}
+
+
+def test_resolve_precision() -> None:
+    cpu = torch.device("cpu")
+    assert precision.resolve_precision("fp32", cpu, native=True) == "fp32"
+    assert precision.resolve_precision("auto", cpu, native=True) == "bf16"
+    assert precision.resolve_precision("auto", cpu, native=False) == "fp32"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a native bf16 says nothing
+        assert precision.resolve_precision("bf16", cpu, native=True) == "bf16"
+    with pytest.warns(RuntimeWarning, match="set precision: auto"):
+        assert precision.resolve_precision("bf16", cpu, native=False) == "bf16"
+    with pytest.raises(ValueError, match="'fp16' is not one of"):
+        precision.resolve_precision("fp16", cpu)

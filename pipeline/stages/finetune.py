@@ -126,6 +126,7 @@ def train_classifier(
         "steps": result.steps,
         "stopped_by_budget": result.stopped_by == "time_budget",
         "stopped_early": result.stopped_by == "hook",
+        "bf16_autocast": result.precision == "bf16",  # precision auto: what this machine got
         "train_seconds": result.seconds,
         "epochs": result.steps * cfg.batch_size * cfg.accumulate / len(train[0]),
     }

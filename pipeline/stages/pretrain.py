@@ -170,6 +170,7 @@ def run(
         "train_seconds": result.seconds,
         "train_sequences": len(train),
         "resumed_from_step": result.resumed_from,
+        "bf16_autocast": result.precision == "bf16",  # precision auto: what this machine got
         "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
         "processes": world.size,

@@ -1,0 +1,50 @@
+"""Training precision: fp32, bf16 autocast, or ``auto`` (bf16 only where the hardware runs it natively).
+
+bf16 autocast pays only where bf16 arithmetic is native: CUDA GPUs from Ampere on, and CPUs with
+AVX512-BF16 or AMX. Elsewhere oneDNN emulates it. On a 2-core AMD EPYC (Zen 3, AVX2 only) one
+fine-tuning step of the mini encoder took 6.8 s in bf16 against 0.25 s in fp32 (32 x 32 tokens),
+and an MLM step 64 s against 2.1 s (64 x 128). A profile that said ``bf16`` there would
+spend its whole time budget on a few dozen steps. ``auto`` picks per machine; an explicit ``bf16``
+on such a CPU is honoured, with a warning.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
+CHOICES = (*PRECISIONS, "auto")  # what a config may say; "auto" resolves to a key of PRECISIONS
+
+
+def cpu_has_native_bf16() -> bool:
+    """AVX512-BF16 or AMX on this CPU (torch's own CPUID probes; private, so guarded)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(probe() for probe in probes if probe is not None)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether bf16 autocast runs natively (fast) on ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return cpu_has_native_bf16()
+    return False
+
+
+def resolve_precision(requested: str, device: torch.device, native: bool | None = None) -> str:
+    """The precision a run uses: ``auto`` -> bf16 where native, else fp32. ``native`` overrides the
+    hardware probe (tests)."""
+    if requested not in CHOICES:
+        raise ValueError(f"precision {requested!r} is not one of {list(CHOICES)}")
+    if requested == "fp32":
+        return "fp32"
+    is_native = native_bf16(device) if native is None else native
+    if requested == "auto":
+        return "bf16" if is_native else "fp32"
+    if not is_native:
+        warnings.warn(f"precision bf16 on {device.type} without native bf16 (no AVX512-BF16 / AMX): autocast is "
+                      "emulated and can be 25x slower than fp32 here; set precision: auto (or fp32) in params.yaml",
+                      RuntimeWarning, stacklevel=2)
+    return "bf16"
