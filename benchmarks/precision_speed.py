@@ -1,0 +1,103 @@
+"""Training-step time in fp32 vs bf16 autocast on this machine, and what ``precision: auto`` picks.
+
+The default profile's encoder and batch shapes, on real text: fine-tuning steps on SST-2 training
+sentences (batch 32, up to 64 tokens) and IMDb reviews (batch 32 x 128, the IMDb phase), and MLM
+steps on corpus sequences (batch 64 x 128, 15 % masked), each through ``minibert.trainer.fit``
+with the pipeline's own step functions. bf16 autocast pays only where bf16 is native (AVX512-BF16,
+AMX, GPUs); elsewhere oneDNN emulates it. Prints a table of bf16 / fp32 ratios and writes
+``benchmarks/results/precision_speed.json``.
+
+    python benchmarks/precision_speed.py --data <run>/data/prepared --tokenizer <run>/models/tokenizer/tokenizer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from minibert.config import ClassifierConfig
+from minibert.model import build_classifier, build_mlm
+from minibert.precision import cpu_has_native_bf16, resolve_precision
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import Hooks, LoopConfig, NullTracker, fit
+from pipeline.io import read_table
+from pipeline.params import load_params
+from pipeline.stages import pretrain
+from pipeline.stages.finetune import classify_step, labelled_stream
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def step_seconds(model: torch.nn.Module, batches, loss_fn, optim, precision: str, steps: int) -> float:
+    """Median seconds of the steps after the first (kernel and allocator warm-up)."""
+    stamps: list[float] = []
+    fit(model, batches, loss_fn, optim, LoopConfig(max_steps=steps + 1, log_every=steps + 1, precision=precision),
+        NullTracker(), Hooks(progress=lambda step, loss: stamps.append(time.perf_counter())))
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
+    return gaps[len(gaps) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
+    parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps a variant (bf16 emulated: ~30 s each)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "precision_speed.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    params = load_params(ROOT / "params.yaml")
+    tok = load_tokenizer(args.tokenizer)
+    model_cfg = params.model_config(tok.get_vocab_size())
+    fine = params.finetune
+
+    def rows(name: str, max_length: int) -> tuple[list[list[int]], np.ndarray]:
+        table = read_table(args.data / name, ["text", "label"]).head(32 * (args.steps + 2) * 4)
+        ids = [e.ids[:max_length] for e in tok.encode_batch(table["text"].tolist())]
+        return ids, table["label"].to_numpy()
+
+    cases = {
+        "finetune SST-2, 32 x <= 64": ("classify", rows("sst2_train.parquet", 64)),
+        "finetune IMDb, 32 x 128": ("classify", rows("imdb_train.parquet", 128)),
+    }
+    corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()[:4000]
+    pre = dataclasses.replace(params.pretrain, batch_size=64)
+    cases["MLM, 64 x 128"] = ("mlm", pretrain.build_sequences(tok, corpus, 128, 64 * (args.steps + 2), 1))
+
+    results = []
+    for name, (kind, data) in cases.items():
+        row = {"case": name}
+        for precision in ("fp32", "bf16"):
+            torch.manual_seed(0)
+            if kind == "classify":
+                model = build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling))
+                batches, loss_fn, optim = labelled_stream(data[0], data[1], 32, 0), classify_step, fine.optim
+            else:
+                model = build_mlm(model_cfg)
+                batches, loss_fn, optim = pretrain.batch_stream(data, pre, model_cfg.vocab_size), pretrain.mlm_step, pre.optim
+            row[precision] = step_seconds(model, batches, loss_fn, optim, precision, args.steps)
+        row["bf16_over_fp32"] = row["bf16"] / row["fp32"]
+        results.append(row)
+        print(f"{name:28s} fp32 {row['fp32']:7.3f} s  bf16 {row['bf16']:7.3f} s  bf16/fp32 {row['bf16_over_fp32']:6.2f}x",
+              flush=True)
+    record = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": cpu_has_native_bf16(),
+              "auto_resolves_to": resolve_precision("auto", torch.device("cpu")), "threads": args.threads,
+              "torch": torch.__version__, "steps": args.steps, "results": results}
+    print("| step | fp32 s | bf16 autocast s | bf16 / fp32 |\n|---|---|---|---|")
+    for row in results:
+        print(f"| {row['case']} | {row['fp32']:.3f} | {row['bf16']:.3f} | {row['bf16_over_fp32']:.2f}x |")
+    print(f"native bf16: {record['native_bf16']} ({record['cpu_capability']}); precision auto -> {record['auto_resolves_to']}")
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
