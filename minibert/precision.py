@@ -1,10 +1,10 @@
 """Training precision: fp32, bf16 autocast, or ``auto`` (bf16 only where the hardware runs it natively).
 
 bf16 autocast pays only where bf16 arithmetic is native: CUDA GPUs from Ampere on, and CPUs with
-AVX512-BF16 or AMX. Elsewhere oneDNN emulates it. On a 2-core AMD EPYC (Zen 3, AVX2 only) one
-fine-tuning step of the mini encoder took 6.8 s in bf16 against 0.25 s in fp32 (32 x 32 tokens),
-and an MLM step 64 s against 2.1 s (64 x 128). A profile that said ``bf16`` there would
-spend its whole time budget on a few dozen steps. ``auto`` picks per machine; an explicit ``bf16``
+AVX512-BF16 or AMX. Elsewhere oneDNN emulates it: on a 2-core AMD EPYC (Zen 3, AVX2 only) a
+training step of the mini encoder was 21 to 28x slower in bf16 than in fp32
+(``benchmarks/precision_speed.py``). A profile that said ``bf16`` there would spend its whole time
+budget on a few dozen steps. ``auto`` picks per machine; an explicit ``bf16``
 on such a CPU is honoured, with a warning.
 """
 
