@@ -21,8 +21,11 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 pipeline: $(STAMP)
 	$(BIN)/minibert pipeline $(if $(PROFILE),--profile $(PROFILE))
 
+# Two pytest-xdist workers, one module each at a time (module fixtures such as the end-to-end project
+# are built once); PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 install: $(STAMP)
 

@@ -1,15 +1,18 @@
-"""What the quality benchmarks share: params with -S overrides, and fine-tune-then-score."""
+"""What the benchmarks share: params with -S overrides, step timing, and fine-tune-then-score."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 from tokenizers import Tokenizer
@@ -17,7 +20,7 @@ from tokenizers import Tokenizer
 from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import Backbone
-from minibert.trainer import RecordingTracker, Tracker
+from minibert.trainer import Hooks, LoopConfig, NullTracker, RecordingTracker, Tracker, fit
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
@@ -61,6 +64,17 @@ def load_with_overrides(path: Path, overrides: dict[str, Any]) -> Params:
         return load_params(f.name)
     finally:
         os.unlink(f.name)
+
+
+def step_gaps(model: torch.nn.Module, batches: Iterable, loss_fn: Callable, optim, loop: LoopConfig,
+              clock: Callable[[], float] = time.perf_counter) -> np.ndarray:
+    """Wall seconds between consecutive optimizer steps of ``fit`` (``loop.max_steps - 1`` gaps, in step
+    order): the first step (kernel loading, allocator warm-up) falls before the first stamp. ``clock``
+    must wait for the device (a synchronizing clock on a GPU)."""
+    stamps: list[float] = []
+    fit(model, batches, loss_fn, optim, dataclasses.replace(loop, log_every=loop.max_steps), NullTracker(),
+        Hooks(progress=lambda step, loss: stamps.append(clock())))
+    return np.diff(np.asarray(stamps))
 
 
 class TaskData:

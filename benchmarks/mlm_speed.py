@@ -8,7 +8,7 @@ steps only (Linux VmHWM after resetting it with /proc/self/clear_refs), above th
 after warm-up. Prints a table of ratios against transformers with SDPA attention and writes
 benchmarks/results/mlm_speed.json.
 
-    python benchmarks/mlm_speed.py [--threads 2] [--steps 6]
+    python benchmarks/mlm_speed.py [--threads 2] [--steps 6] [--out benchmarks/results/mlm_speed.json]
 """
 
 from __future__ import annotations
@@ -48,6 +48,14 @@ def build_batches(path: Path, batch: int, length: int, count: int) -> None:
     gen = torch.Generator().manual_seed(0)
     masked, labels = mask_tokens(ids, ids >= 5, 4, 5, tok.get_vocab_size(), 0.15, gen)
     torch.save({"ids": masked, "labels": labels, "vocab": tok.get_vocab_size()}, path)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def _peak_reset() -> int:
@@ -122,6 +130,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--worker", choices=VARIANTS)
     parser.add_argument("--data", type=Path)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "mlm_speed.json")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.data, args.steps, args.threads)))
@@ -144,11 +153,11 @@ def main() -> None:
         r["memory_ratio"] = r["peak_mb"] / ref["peak_mb"]
         print(f"{r['variant']:<17}{r['step_s']:>8.3f}{r['tokens_per_s']:>10.0f}{r['speed_ratio']:>17.2f}x"
               f"{r['peak_mb']:>9.0f}{r['memory_ratio']:>18.2f}x")
-    result = {"date": date.today().isoformat(), "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "torch": torch.__version__, "threads": args.threads, "steps": args.steps, "shape": SHAPE, "rows": rows}
-    out = ROOT / "benchmarks" / "results" / "mlm_speed.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}")
+    result = {"date": date.today().isoformat(), "machine": f"{cpu_model()}, {os.cpu_count()} cores",
+              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+              "threads": args.threads, "steps": args.steps, "shape": SHAPE, "rows": rows}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

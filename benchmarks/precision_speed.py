@@ -16,18 +16,18 @@ import argparse
 import dataclasses
 import json
 import platform
-import time
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
+from common import step_gaps
 
 from minibert.config import ClassifierConfig
 from minibert.model import build_classifier, build_mlm
 from minibert.precision import cpu_has_native_bf16, resolve_precision
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import Hooks, LoopConfig, NullTracker, fit
+from minibert.trainer import LoopConfig
 from pipeline.io import read_table
 from pipeline.params import load_params
 from pipeline.stages import pretrain
@@ -37,12 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def step_seconds(model: torch.nn.Module, batches, loss_fn, optim, precision: str, steps: int) -> float:
-    """Median seconds of the steps after the first (kernel and allocator warm-up)."""
-    stamps: list[float] = []
-    fit(model, batches, loss_fn, optim, LoopConfig(max_steps=steps + 1, log_every=steps + 1, precision=precision),
-        NullTracker(), Hooks(progress=lambda step, loss: stamps.append(time.perf_counter())))
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]))
-    return gaps[len(gaps) // 2]
+    """Median seconds of ``steps`` timed steps, after one untimed warm-up step."""
+    return float(np.median(step_gaps(model, batches, loss_fn, optim, LoopConfig(max_steps=steps + 1, precision=precision))))
 
 
 def main() -> None:

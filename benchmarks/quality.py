@@ -41,6 +41,7 @@ from common import (
     finetune_and_score,
     load_with_overrides,
     parse_overrides,
+    step_gaps,
 )
 from flops import H200_MEASURED_MATMUL_TFLOPS, mfu, mlm_train_flops_per_token
 from tokenizers import Tokenizer
@@ -50,7 +51,7 @@ from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import build_mlm
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import Hooks, LoopConfig, NullTracker, RecordingTracker, fit
+from minibert.trainer import LoopConfig, NullTracker, RecordingTracker
 from pipeline.io import read_table
 from pipeline.params import Params
 from pipeline.stages import pretrain
@@ -89,14 +90,12 @@ def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, cor
     sequences = pretrain.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size * cfg.accumulate,
                                          cfg.seed + 1)
     model = build_mlm(model_cfg).to(World().device())
-    stamps: list[float] = []
-    fit(model, pretrain.batch_stream(sequences, cfg, model_cfg.vocab_size), pretrain.mlm_step, cfg.optim,
-        LoopConfig(max_steps=steps, log_every=steps, accumulate=cfg.accumulate, precision=cfg.precision), NullTracker(),
-        Hooks(progress=lambda step, loss: stamps.append(synchronized_clock())))
+    gaps = step_gaps(model, pretrain.batch_stream(sequences, cfg, model_cfg.vocab_size), pretrain.mlm_step, cfg.optim,
+                     LoopConfig(max_steps=steps, accumulate=cfg.accumulate, precision=cfg.precision), synchronized_clock)
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    durations = np.sort(np.diff(stamps[skip - 1:]))
+    durations = np.sort(gaps[skip - 1:])
     return float(durations[: max(1, int(np.ceil(0.95 * len(durations))))].mean())
 
 

@@ -20,6 +20,14 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 
+# Under pytest-xdist (`make test` runs 2 workers), each worker and the stage processes it starts get
+# their share of the cores: oversubscribed OpenMP threads spin against each other.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _SHARE = max(1, (os.cpu_count() or 1) // _WORKERS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_SHARE))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:
@@ -159,3 +167,10 @@ def tracking_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     with contextlib.suppress(MlflowException):
         client.delete_registered_model("minibert-sst2")
     return "postgres"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end module first: under `--dist loadscope` it is one worker's unit of work, the
+    longest, so starting it first keeps it from being the tail of the run (a stable sort: the order
+    within each module is kept)."""
+    items.sort(key=lambda item: getattr(item.module, "__name__", "") != "test_pipeline_e2e")

@@ -367,8 +367,9 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         project: tuple[Path, str], tmp_path: Path) -> None:
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
     deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
-    the changed stages of the tiny pipeline under a Prefect-tagged parent run, then the gate,
-    which promotes the first new challenger (margin 1.0) and refuses the second (latency budget)."""
+    the changed stages of the tiny pipeline (a new distillation seed: distill onwards) under a
+    Prefect-tagged parent run, then the gate, which promotes the first new challenger (margin 1.0)
+    and refuses the second (latency budget)."""
     dest, _ = project
     params = dest / "params.yaml"
     original = params.read_text()
@@ -385,9 +386,9 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
                               capture_output=True).returncode == 0
 
-    def trigger(finetune_seed: int, promote: dict) -> str:
+    def trigger(distill_seed: int, promote: dict) -> str:
         data = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
-        data["finetune"]["seed"] = finetune_seed
+        data["distill"]["seed"] = distill_seed
         data["promote"].update(promote)
         params.write_text(yaml.safe_dump(data, sort_keys=False))
         before = {r.info.run_id for r in client.search_runs([exp_id])}
@@ -397,7 +398,7 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
                      if r.info.run_id not in before]
         stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
-        assert "finetune" in stages and stages[-1] == "report" and "pretrain" not in stages, stages
+        assert "distill" in stages and stages[-1] == "report" and "pretrain" not in stages, stages
         return str(client.get_model_version_by_alias("minibert-sst2", "challenger").version)
 
     exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
