@@ -367,8 +367,8 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         project: tuple[Path, str], tmp_path: Path) -> None:
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
     deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
-    the changed stages of the tiny pipeline (a new distillation seed: distill onwards) under a
-    Prefect-tagged parent run, then the gate, which promotes the first new challenger (margin 1.0)
+    the stages its params change (a new distillation seed, so distill onwards; the first run also
+    finetune, which the earlier `dvc exp run`s left on other params) under a Prefect-tagged parent run, then the gate, which promotes the first new challenger (margin 1.0)
     and refuses the second (latency budget)."""
     dest, _ = project
     params = dest / "params.yaml"
