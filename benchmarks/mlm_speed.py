@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,7 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from machine import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = ("hf-sdpa", "hf-eager", "ours-sdpa", "ours-eager", "ours-sdpa-dense", "ours-sdpa-bf16", "ours-sdpa-compiled")
@@ -48,14 +47,6 @@ def build_batches(path: Path, batch: int, length: int, count: int) -> None:
     gen = torch.Generator().manual_seed(0)
     masked, labels = mask_tokens(ids, ids >= 5, 4, 5, tok.get_vocab_size(), 0.15, gen)
     torch.save({"ids": masked, "labels": labels, "vocab": tok.get_vocab_size()}, path)
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), else what platform knows."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def _peak_reset() -> int:
@@ -153,8 +144,7 @@ def main() -> None:
         r["memory_ratio"] = r["peak_mb"] / ref["peak_mb"]
         print(f"{r['variant']:<17}{r['step_s']:>8.3f}{r['tokens_per_s']:>10.0f}{r['speed_ratio']:>17.2f}x"
               f"{r['peak_mb']:>9.0f}{r['memory_ratio']:>18.2f}x")
-    result = {"date": date.today().isoformat(), "machine": f"{cpu_model()}, {os.cpu_count()} cores",
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+    result = {"date": date.today().isoformat(), **describe(), "torch": torch.__version__,
               "threads": args.threads, "steps": args.steps, "shape": SHAPE, "rows": rows}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
 from common import step_gaps
+from machine import describe
 
 from minibert.config import ClassifierConfig
 from minibert.model import build_classifier, build_mlm
@@ -84,8 +84,7 @@ def main() -> None:
         results.append(row)
         print(f"{name:28s} fp32 {row['fp32']:7.3f} s  bf16 {row['bf16']:7.3f} s  bf16/fp32 {row['bf16_over_fp32']:6.2f}x",
               flush=True)
-    record = {"date": date.today().isoformat(), "machine": f"{platform.machine()} {platform.processor()}".strip(),
-              "cpu_capability": torch.backends.cpu.get_cpu_capability(), "native_bf16": cpu_has_native_bf16(),
+    record = {"date": date.today().isoformat(), **describe(), "native_bf16": cpu_has_native_bf16(),
               "auto_resolves_to": resolve_precision("auto", torch.device("cpu")), "threads": args.threads,
               "torch": torch.__version__, "steps": args.steps, "results": results}
     print("| step | fp32 s | bf16 autocast s | bf16 / fp32 |\n|---|---|---|---|")

@@ -368,8 +368,9 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
     deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
     the stages its params change (a new distillation seed, so distill onwards; the first run also
-    finetune, which the earlier `dvc exp run`s left on other params) under a Prefect-tagged parent run, then the gate, which promotes the first new challenger (margin 1.0)
-    and refuses the second (latency budget)."""
+    finetune, which the earlier `dvc exp run`s left on other params) under a Prefect-tagged parent
+    run, then the gate, which promotes the first new challenger (margin 1.0) and refuses the second
+    (latency budget)."""
     dest, _ = project
     params = dest / "params.yaml"
     original = params.read_text()
