@@ -40,8 +40,8 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import RecordingTracker
 from pipeline.io import read_table
 from pipeline.params import FinetuneParams, Params
+from pipeline.splits import TASK_SPLITS
 from pipeline.stages import pretrain
-from pipeline.task import TASK_SPLITS
 
 # name -> overrides of the finetune section ("optim.lr" reaches into the optimizer, "transfer.task" the transfer)
 FINETUNE_VARIANTS: dict[str, dict] = {

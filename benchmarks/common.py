@@ -20,11 +20,13 @@ from tokenizers import Tokenizer
 from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import Backbone
-from minibert.trainer import Hooks, LoopConfig, NullTracker, RecordingTracker, Tracker, fit
+from minibert.train_config import LoopConfig
+from minibert.trainer import Hooks, NullTracker, RecordingTracker, Tracker, fit
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
+from pipeline.splits import load_split
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
-from pipeline.task import encode_train, load_split
+from pipeline.task import encode_train
 
 ROOT = Path(__file__).resolve().parent.parent
 

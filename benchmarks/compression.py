@@ -50,8 +50,9 @@ from minibert.tokenizer import CLS, SEP, load_tokenizer
 from minibert.windows import document_windows
 from pipeline.metrics import classification_metrics
 from pipeline.params import load_params
+from pipeline.splits import load_split
 from pipeline.stages.evaluate import single_text_latency
-from pipeline.task import encode_documents, load_split, text_logits
+from pipeline.task import encode_documents, text_logits
 
 Texts = Callable[[list[str]], np.ndarray]  # raw texts -> (N, L) logits
 Windows = Callable[[torch.Tensor, torch.Tensor], object]  # (ids, mask) -> logits, pre-tokenized

@@ -28,7 +28,8 @@ from minibert.batching import EpochStream, pad_batch
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.inference import predict_documents
 from minibert.model import build_classifier, build_mlm
-from minibert.trainer import LoopConfig, NullTracker, OptimConfig, fit
+from minibert.train_config import LoopConfig, OptimConfig
+from minibert.trainer import NullTracker, fit
 
 BOUNDS = {"classifier_logits": 1e-4, "mlm_logits": 1e-3, "document_logits": 1e-4, "weights_after_3_steps": 1e-4,
           "sdpa_vs_eager_cuda": 1e-4, "bf16_vs_fp32_cuda": 0.1}

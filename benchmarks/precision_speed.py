@@ -27,7 +27,7 @@ from minibert.config import ClassifierConfig
 from minibert.model import build_classifier, build_mlm
 from minibert.precision import cpu_has_native_bf16, resolve_precision
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import LoopConfig
+from minibert.train_config import LoopConfig
 from pipeline.io import read_table
 from pipeline.params import load_params
 from pipeline.stages import pretrain

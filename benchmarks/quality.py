@@ -51,7 +51,8 @@ from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import build_mlm
 from minibert.tokenizer import load_tokenizer
-from minibert.trainer import LoopConfig, NullTracker, RecordingTracker
+from minibert.train_config import LoopConfig
+from minibert.trainer import NullTracker, RecordingTracker
 from pipeline.io import read_table
 from pipeline.params import Params
 from pipeline.stages import pretrain

@@ -34,8 +34,9 @@ from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.metrics import classification_metrics
+from pipeline.splits import load_split
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
-from pipeline.task import encode_train, load_split
+from pipeline.task import encode_train
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)

@@ -12,10 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from minibert.attention import ATTENTION
-from minibert.heads import POOLING
-from minibert.layers import ACTIVATIONS, NORM_STYLES
-from minibert.positional import POSITIONS
+from minibert.choices import ACTIVATIONS, ATTENTION, NORM_STYLES, POOLING, POSITIONS
 from minibert.validation import ConfigError, check_choice, check_types, from_dict
 
 

@@ -8,17 +8,21 @@ shard of every global batch (``EpochStream(shard=...)``), gradients are averaged
 (with ``no_sync`` on all but the last micro-batch of an accumulation), and only rank 0 logs and
 writes checkpoints. Decisions that must agree (stop on the time budget) are taken by rank 0 and
 broadcast.
+
+torch is imported inside the methods that use it: the pipeline's light stages ask only
+``World.from_env().main`` (log from rank 0 only) and never load torch.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from minibert.validation import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,13 @@ class World:
 
     def device(self) -> torch.device:
         """This rank's GPU (by LOCAL_RANK) when CUDA is available, else the CPU."""
+        import torch
         return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
     def init(self) -> None:
         """Join the process group (nccl on GPU, gloo on CPU) once; a no-op for a world of one."""
+        import torch
+        import torch.distributed as dist
         if self.distributed and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             if backend == "nccl":
@@ -59,11 +66,14 @@ class World:
             dist.init_process_group(backend=backend, rank=self.rank, world_size=self.size)
 
     def barrier(self) -> None:
+        import torch.distributed as dist
         if self.distributed and dist.is_initialized():
             dist.barrier()
 
     def agree(self, flag: bool) -> bool:
         """Rank 0's ``flag``, on every rank (so that all ranks stop at the same step)."""
+        import torch
+        import torch.distributed as dist
         if not self.distributed:
             return flag
         value = torch.tensor([int(flag)], device=self.device())
@@ -72,6 +82,8 @@ class World:
 
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sums of ``values`` over all ranks, on every rank."""
+        import torch
+        import torch.distributed as dist
         if not self.distributed:
             return list(values)
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device())
@@ -80,6 +92,7 @@ class World:
 
     def gather(self, obj: object) -> list:
         """Every rank's ``obj`` (picklable), in rank order, on every rank."""
+        import torch.distributed as dist
         if not self.distributed:
             return [obj]
         out: list = [None] * self.size

@@ -11,26 +11,13 @@ special tokens) keep their random initialisation. Pure maths: ids in, a (V, dim)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from minibert.tokenizer import SPECIAL_TOKENS
-from minibert.validation import ConfigError
-
-
-@dataclass(frozen=True)
-class PPMIConfig:
-    window: int = 5  # co-occurrences up to this many tokens apart, weighted 1/distance
-    alpha: float = 0.75  # context-distribution smoothing exponent
-    max_tokens: int = 10000  # rows / columns of the count matrix: the most frequent ids
-    init_std: float = 0.02  # the result is rescaled to BERT's initialisation scale
-
-    def __post_init__(self) -> None:
-        if self.window < 1 or not 0.0 < self.alpha <= 1.0 or self.max_tokens < 2 or self.init_std <= 0:
-            raise ConfigError(f"ppmi: need window >= 1, 0 < alpha <= 1, max_tokens >= 2, init_std > 0; got {self}")
+from minibert.train_config import PPMIConfig
 
 
 def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> np.ndarray:

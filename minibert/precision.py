@@ -14,8 +14,9 @@ import warnings
 
 import torch
 
+from minibert.choices import PRECISION_CHOICES
+
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
-CHOICES = (*PRECISIONS, "auto")  # what a config may say; "auto" resolves to a key of PRECISIONS
 
 
 def cpu_has_native_bf16() -> bool:
@@ -36,8 +37,8 @@ def native_bf16(device: torch.device) -> bool:
 def resolve_precision(requested: str, device: torch.device, native: bool | None = None) -> str:
     """The precision a run uses: ``auto`` -> bf16 where native, else fp32. ``native`` overrides the
     hardware probe (tests)."""
-    if requested not in CHOICES:
-        raise ValueError(f"precision {requested!r} is not one of {list(CHOICES)}")
+    if requested not in PRECISION_CHOICES:
+        raise ValueError(f"precision {requested!r} is not one of {list(PRECISION_CHOICES)}")
     if requested == "fp32":
         return "fp32"
     is_native = native_bf16(device) if native is None else native

@@ -33,9 +33,9 @@ from torch.optim.lr_scheduler import (
 
 from minibert.distributed import World
 from minibert.files import ArtifactError, atomic_output
-from minibert.precision import CHOICES as PRECISION_CHOICES
 from minibert.precision import PRECISIONS, resolve_precision
-from minibert.validation import ConfigError, check_choice, check_types
+from minibert.train_config import LoopConfig, OptimConfig
+from minibert.validation import ConfigError
 
 
 class Tracker(Protocol):
@@ -85,25 +85,6 @@ SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, int], LRScheduler]] = {
 }
 
 
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 5e-4
-    weight_decay: float = 0.01  # not applied to biases, norms or embeddings' padding
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-6
-    warmup_ratio: float = 0.06  # fraction of max_steps spent warming up linearly from ~0
-    schedule: str = "linear"  # decay after warmup: key of SCHEDULES
-    grad_clip: float = 1.0  # max global grad norm; 0 disables
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if self.lr <= 0 or self.weight_decay < 0 or self.grad_clip < 0:
-            raise ConfigError(f"optim: need lr > 0, weight_decay >= 0, grad_clip >= 0; got {self}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ConfigError(f"warmup_ratio: {self.warmup_ratio} must be in [0, 1)")
-        check_choice(self.schedule, SCHEDULES, "schedule")
-
-
 def _no_decay(name: str, param: Tensor) -> bool:
     return param.dim() < 2 or "norm" in name  # biases, LayerNorm weights and gains
 
@@ -137,23 +118,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_step
         return decay
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
     return SequentialLR(optimizer, [ramp, decay], milestones=[warmup])
-
-
-@dataclass(frozen=True)
-class LoopConfig:
-    max_steps: int  # optimizer steps; the LR schedule is laid out over them
-    time_budget_s: float | None = None  # stop early when spent (Cramming-style); None = no limit
-    log_every: int = 50
-    eval_every: int = 0  # 0: evaluate only at the end
-    accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)
-    precision: str = "fp32"  # fp32 | bf16 (forward and loss under autocast) | auto (bf16 where native; minibert.precision)
-    checkpoint_every: int = 0  # optimizer steps between resumable checkpoints; 0 = never
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        if self.max_steps < 1 or self.accumulate < 1 or self.log_every < 1:
-            raise ConfigError(f"need max_steps, accumulate, log_every >= 1; got {self}")
-        check_choice(self.precision, PRECISION_CHOICES, "precision")
 
 
 class Adversary(Protocol):

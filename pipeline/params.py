@@ -16,8 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from minibert.config import ModelConfig
-from minibert.embedding_init import PPMIConfig
-from minibert.trainer import OptimConfig
+from minibert.train_config import OptimConfig, PPMIConfig
 from minibert.validation import ConfigError, from_dict
 
 DEFAULT_PATH = Path("params.yaml")

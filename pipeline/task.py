@@ -1,6 +1,6 @@
 """The classification task a profile trains and evaluates, and how its texts become model inputs.
 
-``task.name`` picks the prepared splits (train / val / test of record); training sequences are
+``task.name`` picks the prepared splits (``pipeline.splits``); training sequences are
 cut to ``task.max_length`` (the head, head and tail, or every window: ``task.truncation``); every prediction
 (validation, evaluation, export parity, serving) reads the whole text through sliding windows
 of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combined by
@@ -10,7 +10,6 @@ of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combine
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,24 +18,9 @@ from torch import Tensor, nn
 
 from minibert.inference import chunk_document, encode, predict_documents
 from minibert.tokenizer import CLS, SEP
-from pipeline.io import read_table
 from pipeline.params import TaskParams
 
-# name -> prepared table names of (train, val, test of record)
-TASK_SPLITS: dict[str, dict[str, str]] = {
-    "sst2": {"train": "sst2_train", "val": "sst2_val", "test": "sst2_dev"},  # GLUE dev is SST-2's test of record
-    "imdb": {"train": "imdb_train", "val": "imdb_val", "test": "imdb_test"},
-}
-
 Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
-
-
-def split_path(data_dir: Path, task: TaskParams, split: str) -> Path:
-    return data_dir / f"{TASK_SPLITS[task.name][split]}.parquet"
-
-
-def load_split(data_dir: Path, task: TaskParams, split: str) -> pd.DataFrame:
-    return read_table(split_path(data_dir, task, split), ["text", "label"])
 
 
 def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray]:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from minibert import ModelConfig, build_mlm
-from minibert.embedding_init import PPMIConfig, cooccurrences, ppmi, ppmi_svd, set_token_embeddings
+from minibert.embedding_init import cooccurrences, ppmi, ppmi_svd, set_token_embeddings
+from minibert.train_config import PPMIConfig
 from minibert.validation import ConfigError
 
 

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 FORBIDDEN = ("pipeline", "mlflow", "prefect", "dvc", "transformers", "onnx", "onnxruntime", "datasets")
 
 
@@ -16,5 +18,29 @@ def test_import_minibert_loads_no_workflow_or_optional_packages() -> None:
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == [], f"import minibert pulled in {loaded}"
     assert "torch" in subprocess.run(
-        [sys.executable, "-c", "import sys, minibert; print(sorted(sys.modules))"], capture_output=True, text=True, check=True
-    ).stdout
+        [sys.executable, "-c", "import sys, minibert.model; print(sorted(sys.modules))"], capture_output=True, text=True,
+        check=True).stdout
+
+
+def loaded_by(module: str) -> set[str]:
+    code = f"import sys, json, {module}\nprint(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("module", ["minibert", "minibert.config", "minibert.train_config", "pipeline.params",
+                                    "pipeline.stages.prepare", "pipeline.stages.tokenizer", "pipeline.stages.register",
+                                    "pipeline.stages.report"])
+def test_configs_and_the_light_stages_start_without_torch(module: str) -> None:
+    """Reading params needs no torch, so the stages that train nothing skip its ~2 s import."""
+    assert "torch" not in loaded_by(module)
+
+
+def test_the_model_names_of_the_package_still_resolve() -> None:
+    import minibert
+    from minibert import model
+
+    assert minibert.build_classifier is model.build_classifier and minibert.Backbone is model.Backbone
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        minibert.nope  # noqa: B018
+

@@ -8,7 +8,7 @@ import torch
 from conftest import toy_texts, toy_tokenizer
 
 from minibert import ModelConfig
-from minibert.embedding_init import PPMIConfig
+from minibert.train_config import PPMIConfig
 from minibert.trainer import NullTracker, RecordingTracker
 from pipeline.params import PretrainParams
 from pipeline.stages import pretrain

@@ -21,8 +21,8 @@ from minibert.files import ArtifactError
 from pipeline.io import atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import BaselineParams, Params, load_params
+from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import load_split, split_path
 from pipeline.tracking import stage_run
 
 

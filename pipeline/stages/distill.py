@@ -26,10 +26,11 @@ from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
+from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
 from pipeline.stages.teacher_logits import load_logits
-from pipeline.task import encode_train, load_split, split_path
+from pipeline.task import encode_train
 from pipeline.tracking import stage_run
 
 

@@ -43,8 +43,9 @@ from pipeline.metrics import classification_metrics, confusion_matrix, percentil
 from pipeline.params import EvaluateParams, Params, TaskParams, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
+from pipeline.splits import load_split, split_path
 from pipeline.stages.baseline import load_baseline
-from pipeline.task import load_split, split_path, text_logits
+from pipeline.task import text_logits
 from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores

@@ -29,8 +29,9 @@ from minibert.tokenizer import CLS, SEP, load_tokenizer
 from minibert.windows import document_windows
 from pipeline.io import StageError
 from pipeline.params import ExportParams, Params, load_params
+from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_documents, load_split, split_path
+from pipeline.task import encode_documents
 from pipeline.tracking import stage_run
 
 PARITY_BATCH_SIZES = (1, 8, 32)

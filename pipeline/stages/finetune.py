@@ -35,13 +35,15 @@ from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import Hooks, LoopConfig, RecordingTracker, Tracker, fit
+from minibert.train_config import LoopConfig
+from minibert.trainer import Hooks, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
 from pipeline.curves import write_curves
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
-from pipeline.task import document_logits, encode_documents, encode_train, load_split, split_path
+from pipeline.splits import load_split, split_path
+from pipeline.task import document_logits, encode_documents, encode_train
 
 
 def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int,

@@ -34,7 +34,8 @@ from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer, vocabulary_digest
-from minibert.trainer import Checkpointer, Hooks, LoopConfig, LoopResult, RecordingTracker, Tracker, fit
+from minibert.train_config import LoopConfig
+from minibert.trainer import Checkpointer, Hooks, LoopResult, RecordingTracker, Tracker, fit
 from pipeline.curves import write_curves
 from pipeline.io import read_table
 from pipeline.params import Params, PretrainParams, flatten, load_params

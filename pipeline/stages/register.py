@@ -22,7 +22,7 @@ import pandas as pd
 
 from pipeline.document import to_markdown
 from pipeline.io import DataError, atomic_path, read_json, write_json
-from pipeline.model_card import CARD_SECTIONS, card_blocks
+from pipeline.model_card import CARD_SECTIONS, DEPLOYED, card_blocks
 from pipeline.params import Params, load_params
 from pipeline.provenance import git_commit, raw_data_digests
 from pipeline.tracking import (
@@ -35,7 +35,6 @@ from pipeline.tracking import (
 )
 
 SERVING_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "pandas")
-DEPLOYED = "student_onnx_int8"  # the evaluate variant this stage registers
 SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
 
 

@@ -21,9 +21,9 @@ import pandas as pd
 from pipeline.attention_plots import STATISTIC_TITLES
 from pipeline.document import Block, Figure, Heading, Table, Text, to_html, to_markdown
 from pipeline.io import DataError, atomic_path, read_json
+from pipeline.model_card import DEPLOYED
 from pipeline.params import Params, load_params
-from pipeline.stages.register import DEPLOYED
-from pipeline.task import load_split, split_path
+from pipeline.splits import load_split, split_path
 
 VARIANTS = {
     "baseline": "TF-IDF + logistic regression",

@@ -21,8 +21,9 @@ from pipeline.io import DataError, atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.progress import progress
+from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_train, load_split, split_path
+from pipeline.task import encode_train
 from pipeline.tracking import stage_run
 
 CHUNK_ROWS = 4096
