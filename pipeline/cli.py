@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 from minibert.config import PRESETS
-from minibert.model import build_mlm, parameter_counts
 from pipeline.io import DataError, text_lines
 
 
 def count_parameters(name: str) -> tuple[int, int]:
     """(all, non-embedding) parameter counts of a preset's MLM model."""
+    from minibert.model import build_mlm, parameter_counts  # torch: only this command builds a model
+
     return parameter_counts(build_mlm(PRESETS[name]))
 
 

@@ -30,9 +30,10 @@ def loaded_by(module: str) -> set[str]:
 
 @pytest.mark.parametrize("module", ["minibert", "minibert.config", "minibert.train_config", "pipeline.params",
                                     "pipeline.stages.prepare", "pipeline.stages.tokenizer", "pipeline.stages.register",
-                                    "pipeline.stages.report"])
+                                    "pipeline.stages.report", "pipeline.cli"])
 def test_configs_and_the_light_stages_start_without_torch(module: str) -> None:
-    """Reading params needs no torch, so the stages that train nothing skip its ~2 s import."""
+    """Reading params needs no torch, so the stages that train nothing skip its ~2 s import, and so
+    does the CLI (``minibert predict`` serves the ONNX model; only ``presets`` builds a torch model)."""
     assert "torch" not in loaded_by(module)
 
 
