@@ -40,3 +40,7 @@ def __getattr__(name: str) -> Any:
     if name in _FROM_MODEL:
         return getattr(importlib.import_module("minibert.model"), name)
     raise AttributeError(f"module 'minibert' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

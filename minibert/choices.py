@@ -3,8 +3,8 @@
 Each tuple lists, in order, the keys of the dispatch dict that implements the choice
 (``attention.ATTENTION``, ``heads.POOLING``, ...). ``tests/test_choices.py`` checks that each pair
 agrees, so a new implementation is one entry in its dict and one name here. The pipeline's light
-stages (prepare, tokenizer, baseline, register, report) read params through these names and never
-import torch, which saves each of those processes about 2 s of start-up.
+stages (prepare, tokenizer, register, report) and the CLI read params through these names and
+never import torch, which saves each of those processes about 2 s of start-up.
 """
 
 ATTENTION = ("eager", "sdpa")  # attention.ATTENTION

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from minibert.config import PRESETS
 from pipeline.io import DataError, text_lines
+from pipeline.model_card import DEPLOYED
 
 
 def count_parameters(name: str) -> tuple[int, int]:
     """(all, non-embedding) parameter counts of a preset's MLM model."""
-    from minibert.model import build_mlm, parameter_counts  # torch: only this command builds a model
+    from minibert.model import build_mlm, parameter_counts  # torch, only for the commands that build a model
 
     return parameter_counts(build_mlm(PRESETS[name]))
 
@@ -185,8 +186,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for row in rows:
         started = datetime.fromtimestamp(row["start_time"] / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M")
         m = row["metrics"]
-        cells = [f"{m[k]:.4f}" if k in m else "-" for k in ("teacher.accuracy", "student_onnx_int8.accuracy")]
-        speed = f"{m['student_onnx_int8.throughput_per_s']:.0f}" if "student_onnx_int8.throughput_per_s" in m else "-"
+        cells = [f"{m[k]:.4f}" if k in m else "-" for k in ("teacher.accuracy", f"{DEPLOYED}.accuracy")]
+        speed = f"{m[f'{DEPLOYED}.throughput_per_s']:.0f}" if f"{DEPLOYED}.throughput_per_s" in m else "-"
         print(f"{started:<17} {row['status']:<9} {row['git_commit'][:7]:<8} {row['entry']:<8} {cells[0]:>8} "
               f"{cells[1]:>9} {speed:>11}  {row['run_id']}")
     return 0

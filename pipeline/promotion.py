@@ -29,6 +29,7 @@ import pandas as pd
 from pipeline.io import DataError
 from pipeline.metrics import classification_metrics, percentiles_ms
 from pipeline.params import Params, PromoteParams
+from pipeline.splits import load_split
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -129,8 +130,6 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
 def promote_with_params(params: Params, data_dir: Path, version: str | None, root: Path) -> Decision:
     """``promote`` as the CLI and the retrain flow run it: model, gate and experiment from params,
     scored on the task's test split of record under ``data_dir``."""
-    from pipeline.splits import load_split
-
     test = load_split(data_dir, params.task, "test")
     return promote(params.register.model_name, version, test, params.promote, params.tracking.experiment, root)
 

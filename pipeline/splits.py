@@ -1,7 +1,7 @@
 """Which prepared tables a task reads: its train / val / test-of-record splits.
 
 Kept apart from ``pipeline.task`` (which encodes texts for the model and needs torch) so that the
-stages that only read the splits (baseline, report, the promotion gate) start without torch.
+stages that only read the splits (report, the promotion gate) start without torch.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def loaded_by(module: str) -> set[str]:
                                     "pipeline.stages.report", "pipeline.cli"])
 def test_configs_and_the_light_stages_start_without_torch(module: str) -> None:
     """Reading params needs no torch, so the stages that train nothing skip its ~2 s import, and so
-    does the CLI (``minibert predict`` serves the ONNX model; only ``presets`` builds a torch model)."""
+    does the CLI (``minibert predict`` serves the ONNX model; ``presets`` and ``attention`` import
+    torch when they run)."""
     assert "torch" not in loaded_by(module)
 
 
@@ -44,4 +45,3 @@ def test_the_model_names_of_the_package_still_resolve() -> None:
     assert minibert.build_classifier is model.build_classifier and minibert.Backbone is model.Backbone
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         minibert.nope  # noqa: B018
-

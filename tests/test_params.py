@@ -1,5 +1,6 @@
 """params.yaml is read by one module that returns typed dataclasses and rejects what it does not know."""
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,38 @@ def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
         assert stage["cmd"].startswith((f"python -m pipeline.stages.{name} ", launched)), name
         if name in ("pretrain", "finetune"):  # the stages that train data-parallel when params say so
             assert stage["cmd"].startswith(launched) and "pipeline/launch.py" in stage["deps"], name
+
+
+# Plumbing a stage imports without listing it: changing how files are written, params read, runs
+# tracked or progress shown must not rerun the pipeline. Any other pipeline module a stage imports
+# decides what it computes, so it belongs in the stage's deps.
+PLUMBING = {"io", "params", "runner", "tracking", "provenance", "progress", "curves", "metrics", "stages/common"}
+
+
+def pipeline_imports(module: str, seen: set[str] | None = None) -> set[str]:
+    """The pipeline modules (as ``stages/finetune``) ``module`` imports, directly or through other
+    non-plumbing pipeline modules."""
+    seen = set() if seen is None else seen
+    tree = ast.parse((ROOT / "pipeline" / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline."):
+            name = node.module.removeprefix("pipeline.").replace(".", "/")
+            if name not in seen:
+                seen.add(name)
+                if name not in PLUMBING:
+                    pipeline_imports(name, seen)
+    return seen
+
+
+def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        imported = {f"pipeline/{m}.py" for m in pipeline_imports(f"stages/{name}")}
+        missing = {f"pipeline/{m}.py" for m in pipeline_imports(f"stages/{name}") - PLUMBING} - set(stage["deps"])
+        assert not missing, f"dvc.yaml stage {name!r} imports {sorted(missing)} without listing them in its deps"
+        listed = {d for d in stage["deps"] if d.startswith("pipeline/") and d.endswith(".py")}
+        unused = listed - imported - {f"pipeline/stages/{name}.py", "pipeline/launch.py", "pipeline/serving_model.py"}
+        assert not unused, f"dvc.yaml stage {name!r} lists {sorted(unused)}, which it does not import"
 
 
 def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:

@@ -16,11 +16,10 @@ from minibert.batching import EpochStream, bucketed_batches, pad_batch, sorted_b
 from minibert.losses import kd_loss, mlm_loss
 from minibert.masking import IGNORE_INDEX, mask_tokens
 from minibert.precision import cpu_has_native_bf16
+from minibert.train_config import LoopConfig, OptimConfig
 from minibert.trainer import (
     Checkpointer,
     Hooks,
-    LoopConfig,
-    OptimConfig,
     RecordingTracker,
     build_optimizer,
     build_scheduler,
