@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 # libyaml's loader when PyYAML has it: it reads dvc.lock in 12 ms instead of 120 ms, and every
-# stage reads it three times (its inputs, its outputs, the raw data).
+# stage reads it at start-up for its input digests.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

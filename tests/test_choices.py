@@ -18,4 +18,3 @@ from minibert.trainer import SCHEDULES
 ], ids=["attention", "pooling", "activation", "norm_style", "position", "schedule", "precision"])
 def test_the_names_a_config_accepts_are_the_keys_of_the_dispatch_dict(names: tuple[str, ...], implemented: dict) -> None:
     assert names == tuple(implemented)
-

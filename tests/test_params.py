@@ -132,8 +132,9 @@ def pipeline_imports(module: str, seen: set[str] | None = None) -> set[str]:
 def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
-        imported = {f"pipeline/{m}.py" for m in pipeline_imports(f"stages/{name}")}
-        missing = {f"pipeline/{m}.py" for m in pipeline_imports(f"stages/{name}") - PLUMBING} - set(stage["deps"])
+        modules = pipeline_imports(f"stages/{name}")
+        imported = {f"pipeline/{m}.py" for m in modules}
+        missing = {f"pipeline/{m}.py" for m in modules - PLUMBING} - set(stage["deps"])
         assert not missing, f"dvc.yaml stage {name!r} imports {sorted(missing)} without listing them in its deps"
         listed = {d for d in stage["deps"] if d.startswith("pipeline/") and d.endswith(".py")}
         unused = listed - imported - {f"pipeline/stages/{name}.py", "pipeline/launch.py", "pipeline/serving_model.py"}
