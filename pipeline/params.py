@@ -174,6 +174,21 @@ class BaselineParams:
 
 
 @dataclass(frozen=True)
+class EnsembleParams:
+    """Soft targets from the teacher averaged with TF-IDF + LR's out-of-fold probabilities (stage baseline_oof)."""
+
+    baseline_share: float = 0.0  # the TF-IDF model's share of the averaged probabilities; 0 = the teacher alone
+    folds: int = 5  # each training text is scored by a TF-IDF model fitted on the other folds
+    extra_task: Literal["none", "sst2", "imdb"] = "none"  # labelled texts every fold also fits on (never scored)
+    seed: int = 0  # fold assignment
+
+    def __post_init__(self) -> None:
+        check_ranges("distill.ensemble", self, {"baseline_share": "[0, 1]"})
+        if self.folds < 2:
+            raise ConfigError(f"distill.ensemble.folds: {self.folds} is out of range; expected >= 2 (out-of-fold needs two)")
+
+
+@dataclass(frozen=True)
 class DistillParams:
     seed: int = 0
     student: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
@@ -186,6 +201,7 @@ class DistillParams:
     time_budget_min: float | None = None
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-4, warmup_ratio=0.1))
     log_every: int = 25
+    ensemble: EnsembleParams = field(default_factory=EnsembleParams)
 
     def __post_init__(self) -> None:
         check_ranges("distill", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "log_every": ">= 1"})
@@ -322,9 +338,11 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
         for section, model in (("model", params.model), ("distill.student", params.distill.student)):
             if "vocab_size" in model:
                 raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
-        if params.finetune.transfer.task == params.task.name:
-            raise ConfigError(f"finetune.transfer.task: {params.task.name!r} is the profile's own task (task.name); "
-                              "choose another labelled task or 'none'")
+        for key, other in (("finetune.transfer.task", params.finetune.transfer.task),
+                           ("distill.ensemble.extra_task", params.distill.ensemble.extra_task)):
+            if other == params.task.name:
+                raise ConfigError(f"{key}: {other!r} is the profile's own task (task.name); "
+                                  "choose another labelled task or 'none'")
         # The model sections are free-form dicts until a vocabulary is known: validate them now.
         params.model_config(vocab_size=30000)
         params.student_config(vocab_size=30000)

@@ -28,13 +28,21 @@ def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[li
     text to one sequence of task.max_length; "windows" makes every text all its consecutive,
     non-overlapping windows of task.max_length, each labelled as the text (a review of 3 windows
     gives 3 rows: every token is trained on, not just the first and last ones)."""
+    sequences, labels, _ = encode_train_indexed(tok, df, task)
+    return sequences, labels
+
+
+def encode_train_indexed(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """``encode_train`` plus, for each training sequence, the position in ``df`` of the text it came
+    from (the identity unless ``task.truncation`` is "windows"): per-text scores follow the rows with it."""
     labels = df["label"].to_numpy()
     if task.truncation != "windows":
-        return encode(tok, df["text"].tolist(), task.max_length, task.truncation), labels
+        return encode(tok, df["text"].tolist(), task.max_length, task.truncation), labels, np.arange(len(df))
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     windows = [chunk_document(ids, task.max_length, cls_id, sep_id) or [[cls_id, sep_id]]
                for ids in encode_documents(tok, df["text"].tolist())]
-    return [w for doc in windows for w in doc], np.repeat(labels, [len(doc) for doc in windows])
+    text_index = np.repeat(np.arange(len(df)), [len(doc) for doc in windows])
+    return [w for doc in windows for w in doc], labels[text_index], text_index
 
 
 def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:

@@ -89,10 +89,11 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
 
 
 def test_dvc_yaml_params_name_real_keys() -> None:
-    """Every params entry a stage declares in dvc.yaml exists in params.yaml."""
+    """Every params entry a stage declares in dvc.yaml exists in params.yaml (a key, or a section at any depth)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     keys = set(flatten(base()))
-    sections = {k.split(".")[0] for k in keys}
+    sections = {".".join(k.split(".")[:depth]) for k in keys for depth in range(1, k.count(".") + 1)}
+    assert "distill.ensemble" in sections and "distill.ensemble.folds" not in sections
     for name, stage in stages.items():
         for entry in stage.get("params", []):
             assert entry in sections or entry in keys, f"stage {name} declares unknown param {entry}"
@@ -144,6 +145,7 @@ def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
 def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
     raw = base()
     raw["task"]["name"] = "imdb"
+    raw["distill"]["ensemble"]["extra_task"] = "none"
     raw["finetune"]["transfer"]["task"] = "imdb"
     with pytest.raises(ConfigError, match=r"finetune\.transfer\.task: 'imdb' is the profile's own task"):
         load_params(write(tmp_path, raw))
@@ -154,14 +156,27 @@ def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None
         load_params(write(tmp_path, raw))
 
 
+def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
+    raw = base()  # sst2 with extra_task imdb: fine
+    assert load_params(write(tmp_path, raw)).distill.ensemble.extra_task == "imdb"
+    raw["distill"]["ensemble"]["extra_task"] = "sst2"
+    with pytest.raises(ConfigError, match=r"distill\.ensemble\.extra_task: 'sst2' is the profile's own task"):
+        load_params(write(tmp_path, raw))
+
+
 @pytest.mark.parametrize("section, key, value, message", [
     ("export", "opset", 13, r"export\.opset: 13 is out of range; expected 17\.\.20"),
     ("distill", "hidden_weight", -1.0, r"distill\.hidden_weight: -1\.0 must be >= 0"),
     ("distill", "alpha", 1.5, r"distill\.alpha: 1\.5 is out of range; expected \[0, 1\]"),
     ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
+    ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
+    ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
 ])
 def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str, value: object, message: str) -> None:
     raw = base()
-    raw[section][key] = value
+    node = raw
+    for part in section.split("."):
+        node = node[part]
+    node[key] = value
     with pytest.raises(ConfigError, match=rf"params\.yaml: {message}"):
         load_params(write(tmp_path, raw))

@@ -22,7 +22,7 @@ from servers import background, free_port, healthy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "teacher_logits", "distill", "export", "quantize",
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "baseline_oof", "teacher_logits", "distill", "export", "quantize",
           "evaluate", "register", "report"]
 
 # servers and runs of the caller's that the copy must not talk to
@@ -104,6 +104,12 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert (dest / "plots" / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     logits = np.load(dest / "models" / "teacher_logits" / "train.npz")
     assert logits["logits"].shape == (len(logits["labels"]), 2) and len(logits["labels"]) >= 250
+    oof = np.load(dest / "models" / "baseline_oof" / "train.npz")  # TF-IDF's out-of-fold log-probabilities
+    np.testing.assert_array_equal(oof["labels"], logits["labels"])
+    np.testing.assert_allclose(np.exp(oof["logits"]).sum(axis=1), 1.0, atol=1e-4)
+    oof_metrics = json.loads((dest / "metrics" / "baseline_oof.json").read_text())
+    assert not oof_metrics["skipped"] and oof_metrics["extra_rows"] > 0 and oof_metrics["folds"] == 2
+    assert 0.0 <= json.loads((dest / "metrics" / "distill.json").read_text())["soft_target_train_accuracy"] <= 1.0
     pretrain = json.loads((dest / "metrics" / "pretrain.json").read_text())
     assert pretrain["ppmi_vocab"] > 32 and pretrain["ppmi_tokens"] > 0, "word vectors from co-occurrences first"
     report = json.loads((dest / "reports" / "data.json").read_text())

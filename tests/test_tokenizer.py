@@ -152,7 +152,7 @@ def test_windows_truncation_trains_on_every_token_with_the_text_label(trained: T
     import pandas as pd
 
     from pipeline.params import TaskParams
-    from pipeline.task import encode_train
+    from pipeline.task import encode_train, encode_train_indexed
 
     long_text, short_text = " ".join(CORPUS[:3]), "short one"
     df = pd.DataFrame({"text": [long_text, short_text, ""], "label": [1, 0, 1]})
@@ -167,3 +167,6 @@ def test_windows_truncation_trains_on_every_token_with_the_text_label(trained: T
     assert sequences[pieces] == encode_train(trained, df.iloc[[1]], TaskParams(max_length=18, stride=12))[0][0]
     assert sequences[-1] == [cls_id, sep_id]  # an empty text still gives one row, so no label is lost
     assert labels.tolist() == [1] * pieces + [0, 1]
+    *same, text_index = encode_train_indexed(trained, df, task)  # each row's text, for per-text soft targets
+    assert same[0] == sequences and same[1].tolist() == labels.tolist() and text_index.tolist() == [0] * pieces + [1, 2]
+    assert encode_train_indexed(trained, df, TaskParams(max_length=18, stride=12))[2].tolist() == [0, 1, 2]

@@ -37,12 +37,17 @@ def load_baseline(path: Path) -> Pipeline:
                             "delete it and rerun `dvc repro baseline`") from err
 
 
-def run(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pipeline, dict[str, float]]:
-    start = time.perf_counter()
-    model = Pipeline([
+def build_baseline(cfg: BaselineParams) -> Pipeline:
+    """The unfitted TF-IDF + logistic regression pipeline of the ``baseline`` section."""
+    return Pipeline([
         ("tfidf", TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=cfg.sublinear_tf)),
         ("logreg", LogisticRegression(C=cfg.C, max_iter=cfg.max_iter)),
     ])
+
+
+def run(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pipeline, dict[str, float]]:
+    start = time.perf_counter()
+    model = build_baseline(cfg)
     model.fit(train["text"], train["label"])
     seconds = time.perf_counter() - start
     val_metrics = classification_metrics(val["label"].to_numpy(), model.predict_proba(val["text"]))

@@ -1,7 +1,9 @@
 """distill: train a smaller student on the teacher's soft targets (Hinton et al. 2015 KD loss).
 
 The teacher's logits on the training split come from the ``teacher_logits`` stage (computed
-once). The student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden)
+once). With ``distill.ensemble.baseline_share`` above 0 the soft targets are the teacher's
+probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``): an ensemble
+of two model families, distilled into one small model. The student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden)
 starts from the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the
 same width, projected embeddings when narrower) and is trained on
 alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE, plus TinyBERT-style hidden-state and
@@ -25,12 +27,13 @@ from minibert.model import SequenceClassifier, build_classifier, parameter_count
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
+from pipeline.io import DataError
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
+from pipeline.soft_targets import load_logits, mix_soft_targets
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
-from pipeline.stages.teacher_logits import load_logits
-from pipeline.task import encode_train
+from pipeline.task import encode_train_indexed
 from pipeline.tracking import stage_run
 
 
@@ -65,6 +68,16 @@ def run(
     return student, metrics
 
 
+def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits: np.ndarray | None,
+                 text_index: np.ndarray) -> np.ndarray:
+    """The logits the student learns from: the teacher's, or (share > 0) the teacher's probabilities
+    averaged with the baseline's out-of-fold ones, which are per text (``text_index``: each row's text)."""
+    share = cfg.ensemble.baseline_share
+    if share == 0:
+        return teacher_logits
+    return mix_soft_targets(teacher_logits, baseline_logits[text_index], share)
+
+
 def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, Tensor]:
     ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
     return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), mask.sum()
@@ -76,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
     parser.add_argument("--teacher-logits", type=Path, default=Path("models/teacher_logits/train.npz"))
+    parser.add_argument("--baseline-oof", type=Path, default=Path("models/baseline_oof/train.npz"))
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     parser.add_argument("--curves", type=Path, default=Path("plots/curves/distill.csv"),
@@ -84,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    inputs = [train_path, val_path, args.tokenizer, args.teacher, args.teacher_logits]
+    inputs = [train_path, val_path, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof]
     with stage_run("distill", params, ["task", "distill"], inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
@@ -92,10 +106,18 @@ def main(argv: list[str] | None = None) -> None:
         student_cfg = params.student_config(tok.get_vocab_size())
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        train = encode_train(tok, train_df, task)
+        sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
+        teacher_logits = load_logits(args.teacher_logits, labels)
+        baseline_logits = (None if params.distill.ensemble.baseline_share == 0
+                           else load_logits(args.baseline_oof, train_df["label"].to_numpy(), stage="baseline_oof"))
+        if baseline_logits is not None and baseline_logits.shape[1] != teacher_logits.shape[1]:
+            raise DataError(f"{args.baseline_oof}: {baseline_logits.shape[1]} label columns, the teacher has "
+                            f"{teacher_logits.shape[1]}; rerun `dvc repro baseline_oof`")
+        targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index)
         recorder = RecordingTracker(tracker)
-        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, train,
-                               load_logits(args.teacher_logits, train[1]), validation(tok, val_df, task), recorder)
+        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, (sequences, labels), targets,
+                               validation(tok, val_df, task), recorder)
+        metrics["soft_target_train_accuracy"] = float((targets.argmax(axis=1) == labels).mean())
         save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
         curves = write_curves(recorder.history, args.curves, "distill", "distillation into the student")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})

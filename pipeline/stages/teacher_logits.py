@@ -17,37 +17,16 @@ import numpy as np
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.inference import predict_logits
 from minibert.tokenizer import load_tokenizer
-from pipeline.io import DataError, atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.progress import progress
+from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.task import encode_train
 from pipeline.tracking import stage_run
 
 CHUNK_ROWS = 4096
-
-
-def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as handle:  # a handle: np.savez would append .npz to a bare name
-            np.savez(handle, logits=logits.astype(np.float32), labels=labels.astype(np.int64))
-
-
-def load_logits(path: Path, labels: np.ndarray) -> np.ndarray:
-    """(N, L) teacher logits from ``path``, checked against the ``labels`` of the split in use."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run `dvc repro teacher_logits` first")
-    try:
-        with np.load(path) as data:
-            logits, stored = data["logits"], data["labels"]
-    except (OSError, ValueError, KeyError) as err:
-        raise DataError(f"{path}: not a teacher-logits file ({err}); delete it and rerun `dvc repro teacher_logits`") from err
-    if logits.ndim != 2 or len(logits) != len(labels) or not np.array_equal(stored, labels):
-        raise DataError(f"{path}: {len(logits)} rows do not match the {len(labels)} training rows in use "
-                        f"(stale after a data or task change); rerun `dvc repro teacher_logits`")
-    return logits
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,96 @@
+"""Ensemble distillation vs the teacher alone: the same student, seeds and teacher, soft targets mixed or not.
+
+On a finished pipeline run (``--root``: its prepared data, tokenizer, teacher and teacher logits),
+computes TF-IDF + LR's out-of-fold probabilities once (the ``baseline_oof`` stage's code, with
+params.yaml's ``baseline`` and ``distill.ensemble`` sections), then trains the ``distill`` stage's
+student for every (baseline share, seed) pair and scores it on the test split of record
+(``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
+teacher alone. Prints a table of accuracies with each share's gain over share 0 seed by seed, and
+appends one JSON record to benchmarks/results/ensemble_distill.jsonl.
+
+    python benchmarks/ensemble_distill.py --root <run> --shares 0,0.3 --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from common import ROOT, add_params_args, load_with_overrides, parse_overrides
+
+from minibert.checkpoint import load_model
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import NullTracker
+from pipeline.soft_targets import load_logits, log_probabilities
+from pipeline.splits import load_split
+from pipeline.stages.baseline_oof import out_of_fold
+from pipeline.stages.distill import run as distill
+from pipeline.stages.distill import soft_targets
+from pipeline.stages.finetune import validation
+from pipeline.task import encode_train_indexed
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_params_args(parser)
+    parser.add_argument("--root", type=Path, required=True, help="a finished pipeline run's project folder")
+    parser.add_argument("--shares", type=floats, default=[0.0, 0.3], help="baseline shares; 0 = the teacher alone")
+    parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 2])
+    parser.add_argument("--split", choices=["test", "val"], default="test")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    task, ensemble = params.task, params.distill.ensemble
+    data = args.root / "data" / "prepared"
+    tok = load_tokenizer(args.root / "models" / "tokenizer" / "tokenizer.json")
+    train, val, scored = (load_split(data, task, s) for s in ("train", "val", args.split))
+    extra = None if ensemble.extra_task == "none" else load_split(data, dataclasses.replace(task, name=ensemble.extra_task), "train")
+    teacher, _, head_cfg = load_model(args.root / "models" / "finetune" / "model.safetensors")
+    sequences, labels, text_index = encode_train_indexed(tok, train, task)
+    teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
+    start = time.perf_counter()
+    oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed, max(1, min(ensemble.folds, os.cpu_count() or 1)))
+    oof_seconds = time.perf_counter() - start
+    val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
+    y = scored["label"].to_numpy()
+    rows = []
+    for seed in args.seeds:
+        for share in args.shares:
+            cfg = dataclasses.replace(params.distill, seed=seed, ensemble=dataclasses.replace(ensemble, baseline_share=share))
+            targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
+            student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
+                                       (sequences, labels), targets, val_fn, NullTracker())
+            accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
+            rows.append({"seed": seed, "share": share, "accuracy": accuracy, "val_accuracy": metrics["val_accuracy"],
+                         "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
+                         "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
+            print(json.dumps(rows[-1]), flush=True)
+    base = {r["seed"]: r["accuracy"] for r in rows if r["share"] == 0.0}
+    print(f"\n{task.name} {args.split} accuracy of the distilled student (teacher: {args.root})")
+    print("| share | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | mean gain over share 0 |")
+    print("|---" * (len(args.seeds) + 3) + "|")
+    for share in args.shares:
+        acc = {r["seed"]: r["accuracy"] for r in rows if r["share"] == share}
+        gain = np.mean([acc[s] - base[s] for s in args.seeds]) * 100 if base else float("nan")
+        print(f"| {share} | " + " | ".join(f"{100 * acc[s]:.2f}" for s in args.seeds)
+              + f" | {100 * np.mean(list(acc.values())):.2f} | {gain:+.2f} |")
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
+              "split": args.split, "ensemble": dataclasses.asdict(ensemble), "oof_seconds": oof_seconds,
+              "oof_accuracy": float((oof.argmax(axis=1) == train["label"].to_numpy()).mean()), "runs": rows}
+    with open(ROOT / "benchmarks" / "results" / "ensemble_distill.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()

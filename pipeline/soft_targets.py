@@ -1,0 +1,62 @@
+"""The soft targets distillation reads: cached (N, L) logit files, and the mix of two models' targets.
+
+``teacher_logits`` writes the fine-tuned teacher's logits on the training rows; ``baseline_oof``
+writes the TF-IDF model's out-of-fold log-probabilities on the training texts. Each file carries
+the labels of the rows it was computed on, so a file left stale by a data or task change is
+refused instead of silently misaligned. Torch-free: the TF-IDF stage never loads torch for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.io import DataError, atomic_path
+
+PROB_FLOOR = 1e-6  # log(0) guard for probabilities that round to 0
+
+
+def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:  # a handle: np.savez would append .npz to a bare name
+            np.savez(handle, logits=logits.astype(np.float32), labels=labels.astype(np.int64))
+
+
+def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits") -> np.ndarray:
+    """(N, L) logits from ``path`` (written by ``stage``), checked against the ``labels`` of the rows in use."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found; run `dvc repro {stage}` first")
+    try:
+        with np.load(path) as data:
+            logits, stored = data["logits"], data["labels"]
+    except (OSError, ValueError, KeyError) as err:
+        raise DataError(f"{path}: not a {stage} file ({err}); delete it and rerun `dvc repro {stage}`") from err
+    if logits.ndim != 2 or len(logits) != len(labels) or not np.array_equal(stored, labels):
+        raise DataError(f"{path}: {len(logits)} rows do not match the {len(labels)} training rows in use "
+                        f"(stale after a data or task change); rerun `dvc repro {stage}`")
+    return logits
+
+
+def log_probabilities(probs: np.ndarray) -> np.ndarray:
+    """Probabilities as logits (softmax(log p) == p), floored so a 0 stays finite."""
+    return np.log(np.clip(probs, PROB_FLOOR, 1.0))
+
+
+def mix_soft_targets(teacher_logits: np.ndarray, other_logits: np.ndarray, other_share: float) -> np.ndarray:
+    """Logits of the averaged distribution (1 - share) * softmax(teacher) + share * softmax(other).
+
+    The average is taken over probabilities (an ensemble's prediction), then returned as
+    log-probabilities so the KD loss can soften it with its temperature like any teacher's logits.
+    """
+    if not 0.0 <= other_share <= 1.0:
+        raise ValueError(f"other_share {other_share} must be in [0, 1]")
+    if teacher_logits.shape != other_logits.shape:
+        raise ValueError(f"teacher logits {teacher_logits.shape} and other logits {other_logits.shape} differ in shape")
+    probs = (1.0 - other_share) * _softmax(teacher_logits) + other_share * _softmax(other_logits)
+    return log_probabilities(probs).astype(np.float32)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)

@@ -1,0 +1,96 @@
+"""baseline_oof: TF-IDF + LR's out-of-fold probabilities on the training texts, for ensemble distillation.
+
+The training split is cut into ``distill.ensemble.folds`` stratified folds; each fold is scored
+by the ``baseline`` section's TF-IDF + LR fitted on the other folds plus, when
+``distill.ensemble.extra_task`` names one, that task's labelled training texts (never scored
+themselves). A model's scores on texts it was fitted on are near-certain and tell the student
+nothing the labels don't; out-of-fold scores are what the model knows. ``distill`` averages them
+with the teacher's (``distill.ensemble.baseline_share``). With a share of 0 nothing is fitted and
+the file holds no columns, so profiles that keep the teacher alone pay nothing. The folds are
+fitted in parallel processes, one a core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from joblib import Parallel, delayed
+from sklearn.model_selection import StratifiedKFold
+
+from pipeline.io import DataError
+from pipeline.metrics import classification_metrics
+from pipeline.params import BaselineParams, EnsembleParams, Params, load_params
+from pipeline.soft_targets import log_probabilities, save_logits
+from pipeline.splits import load_split, split_path
+from pipeline.stages.baseline import build_baseline
+from pipeline.stages.common import finish_stage
+from pipeline.tracking import stage_run
+
+
+def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | None, folds: int, seed: int,
+                jobs: int = 1) -> np.ndarray:
+    """(len(train), num_labels) probabilities, each row from a model that never saw it."""
+    labels = train["label"].to_numpy()
+    num_labels = int(max(labels.max(), -1 if extra is None else extra["label"].max())) + 1
+    smallest = np.bincount(labels, minlength=num_labels).min()
+    if smallest < folds:
+        raise DataError(f"the training split has a label with {smallest} rows, fewer than distill.ensemble.folds "
+                        f"({folds}); lower the folds or use more rows")
+    extra = extra if extra is not None else train.iloc[:0]
+    splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(train)), labels)
+
+    def score_fold(fit_rows: np.ndarray, held: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        fit = pd.concat([train.iloc[fit_rows], extra])
+        model = build_baseline(cfg).fit(fit["text"], fit["label"])
+        return held, model.classes_, model.predict_proba(train["text"].iloc[held])
+
+    probs = np.zeros((len(train), num_labels))
+    for held, classes, fold_probs in Parallel(n_jobs=jobs)(delayed(score_fold)(f, h) for f, h in splits):
+        probs[np.ix_(held, classes)] = fold_probs
+    return probs
+
+
+def run(cfg: BaselineParams, ensemble: EnsembleParams, train: pd.DataFrame, extra: pd.DataFrame | None,
+        jobs: int) -> tuple[np.ndarray, dict]:
+    """(N, L) out-of-fold log-probabilities (N, 0 when the share is 0) and the stage's metrics."""
+    labels = train["label"].to_numpy()
+    if ensemble.baseline_share == 0:
+        return np.zeros((len(train), 0), np.float32), {"rows": len(train), "skipped": True}
+    start = time.perf_counter()
+    probs = out_of_fold(cfg, train, extra, ensemble.folds, ensemble.seed, jobs)
+    metrics = {f"oof_{k}": v for k, v in classification_metrics(labels, probs).items()}
+    return log_probabilities(probs), {**metrics, "rows": len(train), "extra_rows": 0 if extra is None else len(extra),
+                                      "folds": ensemble.folds, "seconds": time.perf_counter() - start, "skipped": False}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("data/prepared"))
+    parser.add_argument("--out", type=Path, default=Path("models/baseline_oof/train.npz"))
+    parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline_oof.json"))
+    args = parser.parse_args(argv)
+    params: Params = load_params()
+    task, ensemble = params.task, params.distill.ensemble
+    paths = [split_path(args.data, task, "train")]
+    extra_task = None if ensemble.extra_task == "none" else dataclasses.replace(task, name=ensemble.extra_task)
+    if extra_task is not None:
+        paths.append(split_path(args.data, extra_task, "train"))
+    with stage_run("baseline_oof", params, ["task", "baseline", "distill"], paths) as tracker:
+        train = load_split(args.data, task, "train")
+        extra = None if extra_task is None else load_split(args.data, extra_task, "train")
+        jobs = max(1, min(ensemble.folds, os.cpu_count() or 1))
+        logits, metrics = run(params.baseline, ensemble, train, extra, jobs)
+        save_logits(args.out, logits, train["label"].to_numpy())
+        finish_stage(tracker, metrics, args.metrics)
+
+
+if __name__ == "__main__":
+    from pipeline.runner import run_main
+
+    run_main(main)

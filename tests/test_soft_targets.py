@@ -1,0 +1,102 @@
+"""Soft targets: the cached logit files (written atomically, read back only while they match the split in
+use), the ensemble mix, TF-IDF's out-of-fold scores, and their per-text alignment."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from minibert.runtime import softmax
+from pipeline.io import DataError
+from pipeline.params import BaselineParams, DistillParams, EnsembleParams
+from pipeline.soft_targets import load_logits, log_probabilities, mix_soft_targets, save_logits
+from pipeline.stages.baseline import build_baseline
+from pipeline.stages.baseline_oof import out_of_fold, run
+from pipeline.stages.distill import soft_targets
+
+UNIQUE_WORDS = BaselineParams(min_df=1)  # every row's own word survives the vocabulary cut
+
+
+def test_round_trip_and_stale_or_broken_files_are_refused(tmp_path: Path) -> None:
+    labels = np.array([0, 1, 1, 0])
+    logits = np.random.default_rng(0).normal(size=(4, 2)).astype(np.float32)
+    path = tmp_path / "cache" / "train.npz"
+    save_logits(path, logits, labels)
+    assert [p.name for p in path.parent.iterdir()] == ["train.npz"], "no temporary left behind"
+    np.testing.assert_array_equal(load_logits(path, labels), logits)
+    with pytest.raises(DataError, match=r"4 rows do not match the 5 training rows.*dvc repro teacher_logits"):
+        load_logits(path, np.array([0, 1, 1, 0, 1]))
+    with pytest.raises(DataError, match="do not match"):
+        load_logits(path, np.array([1, 1, 1, 0]))  # same count, other rows
+    path.write_bytes(b"not numpy")
+    with pytest.raises(DataError, match="not a teacher_logits file"):
+        load_logits(path, labels)
+    with pytest.raises(FileNotFoundError, match="dvc repro teacher_logits"):
+        load_logits(tmp_path / "absent.npz", labels)
+    with pytest.raises(FileNotFoundError, match="dvc repro baseline_oof"):  # the fix names the stage that writes it
+        load_logits(tmp_path / "absent.npz", labels, stage="baseline_oof")
+
+
+def test_the_mix_averages_probabilities_and_returns_their_logits() -> None:
+    teacher = np.array([[2.0, 0.0], [0.4, 0.0], [-1.0, 3.0]])
+    other = log_probabilities(np.array([[0.5, 0.5], [0.1, 0.9], [0.8, 0.2]]))
+    for share in (0.0, 0.3, 1.0):
+        mixed = softmax(mix_soft_targets(teacher, other, share))
+        np.testing.assert_allclose(mixed, (1 - share) * softmax(teacher) + share * softmax(other), atol=1e-6)
+    # a confident second model outvotes a hesitant teacher: row 1 flips from label 0 to 1
+    assert softmax(teacher).argmax(axis=1).tolist() == [0, 0, 1]
+    assert mix_soft_targets(teacher, other, 0.5).argmax(axis=1).tolist() == [0, 1, 1]
+    assert np.isfinite(mix_soft_targets(teacher, log_probabilities(np.array([[1.0, 0.0]] * 3)), 1.0)).all()
+    with pytest.raises(ValueError, match="must be in"):
+        mix_soft_targets(teacher, other, 1.5)
+    with pytest.raises(ValueError, match="differ in shape"):
+        mix_soft_targets(teacher, other[:2], 0.3)
+
+
+def random_rows(n: int, seed: int) -> pd.DataFrame:
+    """Texts that share no word, with labels that carry no signal (a unit test's random labels)."""
+    labels = np.random.default_rng(seed).permutation(np.arange(n) % 2)
+    return pd.DataFrame({"text": [f"word{i}x" for i in range(n)], "label": labels})
+
+
+def test_out_of_fold_scores_come_from_models_that_never_saw_the_row() -> None:
+    train = random_rows(60, seed=0)
+    labels = train["label"].to_numpy()
+    in_sample = build_baseline(UNIQUE_WORDS).fit(train["text"], labels).predict_proba(train["text"])
+    assert (in_sample.argmax(axis=1) == labels).mean() == 1.0  # a row's own word gives its label away
+    oof = out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0)
+    assert oof.shape == (60, 2)
+    np.testing.assert_allclose(oof.sum(axis=1), 1.0)
+    # held out, a row's word is unknown: every score is the other folds' prior, never the row's label
+    assert np.abs(oof[:, 1] - 0.5).max() < 0.1
+    # the extra task's rows are fitted on by every fold: here they hold the very texts, so the scores know them
+    with_extra = out_of_fold(UNIQUE_WORDS, train, train.copy(), folds=3, seed=0)
+    assert (with_extra.argmax(axis=1) == labels).mean() == 1.0
+    np.testing.assert_array_equal(oof, out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0, jobs=2))
+
+
+def test_out_of_fold_needs_every_label_in_every_fold() -> None:
+    train = pd.DataFrame({"text": ["good film", "great film", "bad film"], "label": [1, 1, 0]})
+    with pytest.raises(DataError, match=r"a label with 1 rows, fewer than distill\.ensemble\.folds \(2\)"):
+        out_of_fold(UNIQUE_WORDS, train, None, folds=2, seed=0)
+
+
+def test_a_zero_share_fits_nothing_and_the_student_learns_from_the_teacher_alone() -> None:
+    train = random_rows(3, seed=0)  # too few rows to fit folds: proof that nothing is fitted
+    logits, metrics = run(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1)
+    assert logits.shape == (3, 0) and metrics["skipped"]
+    teacher = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
+    assert soft_targets(DistillParams(), teacher, None, np.arange(2)) is teacher
+
+
+def test_per_text_scores_follow_the_rows_each_text_became() -> None:
+    teacher = np.zeros((4, 2), np.float32)  # an undecided teacher: the mix shows the baseline's per-text view
+    baseline = log_probabilities(np.array([[0.9, 0.1], [0.2, 0.8]]))
+    cfg = dataclasses.replace(DistillParams(), ensemble=EnsembleParams(baseline_share=0.5))
+    text_index = np.array([0, 0, 0, 1])  # text 0 became three windows
+    mixed = softmax(soft_targets(cfg, teacher, baseline, text_index))
+    np.testing.assert_allclose(mixed[:, 1], [0.3, 0.3, 0.3, 0.65], atol=1e-6)
