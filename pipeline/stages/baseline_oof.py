@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from joblib import Parallel, delayed
 from sklearn.model_selection import StratifiedKFold
+from sklearn.utils.parallel import Parallel, delayed
 
 from pipeline.io import DataError
 from pipeline.metrics import classification_metrics
