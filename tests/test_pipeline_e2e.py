@@ -280,10 +280,15 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
 
 def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple[Path, str]) -> None:
     dest, _ = project
-    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2"], dest)
+    # every review's windows are training rows: the TF-IDF soft targets (per review) must follow them
+    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
+              "-S", "distill.ensemble.extra_task=sst2", "-S", "task.truncation=windows"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
-    assert {"finetune", "baseline", "evaluate", "register", "report"} <= set(ran)
+    assert {"finetune", "baseline", "baseline_oof", "distill", "evaluate", "register", "report"} <= set(ran)
+    reviews = np.load(dest / "models" / "baseline_oof" / "train.npz")["labels"]
+    windows = np.load(dest / "models" / "teacher_logits" / "train.npz")["labels"]
+    assert len(windows) > len(reviews) and set(np.unique(windows)) == set(np.unique(reviews))
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
     export = json.loads((dest / "metrics" / "export.json").read_text())
