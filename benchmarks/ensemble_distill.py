@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +29,7 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.soft_targets import load_logits, log_probabilities
 from pipeline.splits import load_split
-from pipeline.stages.baseline_oof import out_of_fold
+from pipeline.stages.baseline_oof import fold_jobs, out_of_fold
 from pipeline.stages.distill import run as distill
 from pipeline.stages.distill import soft_targets
 from pipeline.stages.finetune import validation
@@ -60,7 +59,7 @@ def main() -> None:
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
     start = time.perf_counter()
-    oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed, max(1, min(ensemble.folds, os.cpu_count() or 1)))
+    oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed, fold_jobs(ensemble.folds))
     oof_seconds = time.perf_counter() - start
     val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
     y = scored["label"].to_numpy()

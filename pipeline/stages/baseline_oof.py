@@ -56,15 +56,19 @@ def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | 
     return probs
 
 
+def fold_jobs(folds: int) -> int:
+    """Folds fitted at once: one a core, never more than there are folds."""
+    return max(1, min(folds, os.cpu_count() or 1))
+
+
 def run(cfg: BaselineParams, ensemble: EnsembleParams, train: pd.DataFrame, extra: pd.DataFrame | None,
         jobs: int) -> tuple[np.ndarray, dict]:
     """(N, L) out-of-fold log-probabilities (N, 0 when the share is 0) and the stage's metrics."""
-    labels = train["label"].to_numpy()
     if ensemble.baseline_share == 0:
         return np.zeros((len(train), 0), np.float32), {"rows": len(train), "skipped": True}
     start = time.perf_counter()
     probs = out_of_fold(cfg, train, extra, ensemble.folds, ensemble.seed, jobs)
-    metrics = {f"oof_{k}": v for k, v in classification_metrics(labels, probs).items()}
+    metrics = {f"oof_{k}": v for k, v in classification_metrics(train["label"].to_numpy(), probs).items()}
     return log_probabilities(probs), {**metrics, "rows": len(train), "extra_rows": 0 if extra is None else len(extra),
                                       "folds": ensemble.folds, "seconds": time.perf_counter() - start, "skipped": False}
 
@@ -84,8 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("baseline_oof", params, ["task", "baseline", "distill"], paths) as tracker:
         train = load_split(args.data, task, "train")
         extra = None if extra_task is None else load_split(args.data, extra_task, "train")
-        jobs = max(1, min(ensemble.folds, os.cpu_count() or 1))
-        logits, metrics = run(params.baseline, ensemble, train, extra, jobs)
+        logits, metrics = run(params.baseline, ensemble, train, extra, fold_jobs(ensemble.folds))
         save_logits(args.out, logits, train["label"].to_numpy())
         finish_stage(tracker, metrics, args.metrics)
 

@@ -3,7 +3,8 @@
 The teacher's logits on the training split come from the ``teacher_logits`` stage (computed
 once). With ``distill.ensemble.baseline_share`` above 0 the soft targets are the teacher's
 probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``): an ensemble
-of two model families, distilled into one small model. The student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden)
+of two model families, distilled into one small model. The student (a minibert of
+``distill.student`` shape, by default 2 layers x 128 hidden)
 starts from the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the
 same width, projected embeddings when narrower) and is trained on
 alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE, plus TinyBERT-style hidden-state and
@@ -27,7 +28,6 @@ from minibert.model import SequenceClassifier, build_classifier, parameter_count
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
-from pipeline.io import DataError
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.soft_targets import load_logits, mix_soft_targets
 from pipeline.splits import load_split, split_path
@@ -109,10 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
         teacher_logits = load_logits(args.teacher_logits, labels)
         baseline_logits = (None if params.distill.ensemble.baseline_share == 0
-                           else load_logits(args.baseline_oof, train_df["label"].to_numpy(), stage="baseline_oof"))
-        if baseline_logits is not None and baseline_logits.shape[1] != teacher_logits.shape[1]:
-            raise DataError(f"{args.baseline_oof}: {baseline_logits.shape[1]} label columns, the teacher has "
-                            f"{teacher_logits.shape[1]}; rerun `dvc repro baseline_oof`")
+                           else load_logits(args.baseline_oof, train_df["label"].to_numpy(), "baseline_oof",
+                                            columns=teacher_logits.shape[1]))
         targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index)
         recorder = RecordingTracker(tracker)
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, (sequences, labels), targets,
