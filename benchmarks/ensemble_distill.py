@@ -1,14 +1,19 @@
-"""Ensemble distillation vs the teacher alone: the same student, seeds and teacher, soft targets mixed or not.
+"""Ensemble distillation vs the teacher alone: the same student, seeds and teacher, soft targets mixed or not,
+with or without a transfer set of unlabelled sentences.
 
 On a finished pipeline run (``--root``: its prepared data, tokenizer, teacher and teacher logits),
 computes TF-IDF + LR's out-of-fold probabilities once (the ``baseline_oof`` stage's code, with
 params.yaml's ``baseline`` and ``distill.ensemble`` sections), then trains the ``distill`` stage's
 student for every (baseline share, seed) pair and scores it on the test split of record
 (``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
-teacher alone. Prints a table of accuracies with each share's gain over share 0 seed by seed, and
-appends one JSON record to benchmarks/results/ensemble_distill.jsonl.
+teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``distill.transfer_set``
+params, cut from the run's corpus: the ``transfer_set`` stage's code), scored once by the teacher and
+by TF-IDF fitted on every training text; 0 = the training rows only. Prints a table of accuracies with
+each (share, rows) gain over the first pair seed by seed, and appends one JSON record to
+benchmarks/results/ensemble_distill.jsonl.
 
     python benchmarks/ensemble_distill.py --root <run> --shares 0,0.3 --seeds 0,1,2
+    python benchmarks/ensemble_distill.py --root <run> --shares 0.3 --transfer-rows 0,100000 --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -21,19 +26,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from common import ROOT, add_params_args, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
-from pipeline.soft_targets import load_logits, log_probabilities
+from pipeline.io import read_table
+from pipeline.soft_targets import UNLABELLED, load_logits, log_probabilities
 from pipeline.splits import load_split
 from pipeline.stages.baseline_oof import fold_jobs, out_of_fold
 from pipeline.stages.distill import run as distill
-from pipeline.stages.distill import soft_targets
+from pipeline.stages.distill import soft_targets, with_transfer
 from pipeline.stages.finetune import validation
+from pipeline.stages.teacher_logits import teacher_logits as score_teacher
+from pipeline.stages.transfer_set import CORPUS, labelled_texts
 from pipeline.task import encode_train_indexed
+from pipeline.transfer_texts import transfer_texts
 
 
 def floats(text: str) -> list[float]:
@@ -46,6 +56,8 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True, help="a finished pipeline run's project folder")
     parser.add_argument("--shares", type=floats, default=[0.0, 0.3], help="baseline shares; 0 = the teacher alone")
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 2])
+    parser.add_argument("--transfer-rows", type=lambda t: [int(x) for x in t.split(",")], default=[0],
+                        help="transfer-set sizes; 0 = the training rows only")
     parser.add_argument("--split", choices=["test", "val"], default="test")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -58,34 +70,49 @@ def main() -> None:
     teacher, _, head_cfg = load_model(args.root / "models" / "finetune" / "model.safetensors")
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
+    texts = transfer_texts(read_table(data / CORPUS, ["text"])["text"].tolist(), labelled_texts(data),
+                           dataclasses.replace(params.distill.transfer_set, rows=max(args.transfer_rows)))
     start = time.perf_counter()
-    oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed, fold_jobs(ensemble.folds))
+    oof, transfer_oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed,
+                                    fold_jobs(ensemble.folds + 1), texts)
     oof_seconds = time.perf_counter() - start
+    transfer_df = pd.DataFrame({"text": pd.Series(texts, dtype=str), "label": UNLABELLED})
+    transfer, _, transfer_index = encode_train_indexed(tok, transfer_df, task)
+    transfer_teacher = score_teacher(teacher, transfer, "teacher logits, transfer set")
     val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
     y = scored["label"].to_numpy()
     rows = []
     for seed in args.seeds:
         for share in args.shares:
-            cfg = dataclasses.replace(params.distill, seed=seed, ensemble=dataclasses.replace(ensemble, baseline_share=share))
-            targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
-            student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
-                                       (sequences, labels), targets, val_fn, NullTracker())
-            accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
-            rows.append({"seed": seed, "share": share, "accuracy": accuracy, "val_accuracy": metrics["val_accuracy"],
-                         "steps": metrics["steps"], "train_seconds": metrics["train_seconds"],
-                         "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
-            print(json.dumps(rows[-1]), flush=True)
-    base = {r["seed"]: r["accuracy"] for r in rows if r["share"] == 0.0}
+            for n in args.transfer_rows:
+                cfg = dataclasses.replace(params.distill, seed=seed, ensemble=dataclasses.replace(ensemble, baseline_share=share))
+                targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
+                keep = transfer_index < n  # the rows of the first n texts
+                extra_targets = soft_targets(cfg, transfer_teacher[keep], log_probabilities(transfer_oof), transfer_index[keep])
+                train_rows, all_targets = with_transfer((sequences, labels), targets,
+                                                        [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
+                student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
+                                           train_rows, all_targets, val_fn, NullTracker())
+                accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
+                rows.append({"seed": seed, "share": share, "transfer_rows": n, "accuracy": accuracy,
+                             "val_accuracy": metrics["val_accuracy"], "steps": metrics["steps"],
+                             "train_seconds": metrics["train_seconds"],
+                             "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
+                print(json.dumps(rows[-1]), flush=True)
+    pairs = [(share, n) for share in args.shares for n in args.transfer_rows]
+    acc = {pair: {r["seed"]: r["accuracy"] for r in rows if (r["share"], r["transfer_rows"]) == pair} for pair in pairs}
     print(f"\n{task.name} {args.split} accuracy of the distilled student (teacher: {args.root})")
-    print("| share | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | mean gain over share 0 |")
-    print("|---" * (len(args.seeds) + 3) + "|")
-    for share in args.shares:
-        acc = {r["seed"]: r["accuracy"] for r in rows if r["share"] == share}
-        gain = np.mean([acc[s] - base[s] for s in args.seeds]) * 100 if base else float("nan")
-        print(f"| {share} | " + " | ".join(f"{100 * acc[s]:.2f}" for s in args.seeds)
-              + f" | {100 * np.mean(list(acc.values())):.2f} | {gain:+.2f} |")
+    print("| share | transfer rows | " + " | ".join(f"seed {s}" for s in args.seeds)
+          + f" | mean | mean gain over share {pairs[0][0]}, {pairs[0][1]} rows |")
+    print("|---" * (len(args.seeds) + 4) + "|")
+    for share, n in pairs:
+        gain = np.mean([acc[share, n][s] - acc[pairs[0]][s] for s in args.seeds]) * 100
+        print(f"| {share} | {n} | " + " | ".join(f"{100 * acc[share, n][s]:.2f}" for s in args.seeds)
+              + f" | {100 * np.mean(list(acc[share, n].values())):.2f} | {gain:+.2f} |")
     record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
               "split": args.split, "ensemble": dataclasses.asdict(ensemble), "oof_seconds": oof_seconds,
+              "distill": {"epochs": params.distill.epochs, "time_budget_min": params.distill.time_budget_min},
+              "transfer_set": dataclasses.asdict(params.distill.transfer_set),
               "oof_accuracy": float((oof.argmax(axis=1) == train["label"].to_numpy()).mean()), "runs": rows}
     with open(ROOT / "benchmarks" / "results" / "ensemble_distill.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,15 +36,7 @@ from pipeline.metrics import classification_metrics
 from pipeline.splits import load_split
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
 from pipeline.task import encode_train
-
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
-
-
-def review_sentences(text: str, min_words: int = 4, max_words: int = 50) -> list[str]:
-    """The sentences of a review (split after . ! ?) of min_words..max_words words."""
-    parts = SENTENCE_END.split(LINE_BREAK.sub(" ", text))
-    return [s for s in parts if min_words <= len(s.split()) <= max_words]
+from pipeline.transfer_texts import review_sentences
 
 
 def select(pred: np.ndarray, conf: np.ndarray, review_labels: np.ndarray, threshold: float, agree: bool,

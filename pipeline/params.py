@@ -189,6 +189,24 @@ class EnsembleParams:
 
 
 @dataclass(frozen=True)
+class TransferSetParams:
+    """Unlabelled texts (stage transfer_set, from the IMDb unlabelled reviews) the student also learns
+    the soft targets on; 0 rows = the labelled training rows only."""
+
+    rows: int = 0  # texts in the transfer set; 0 = off
+    unit: Literal["sentence", "document"] = "sentence"  # sentences cut from the reviews, or whole reviews
+    min_words: int = 4
+    max_words: int = 50
+    seed: int = 0  # the order reviews are visited in
+
+    def __post_init__(self) -> None:
+        check_ranges("distill.transfer_set", self, {"rows": ">= 0", "min_words": ">= 1"})
+        if self.max_words < self.min_words:
+            raise ConfigError(f"distill.transfer_set.max_words: {self.max_words} is out of range; "
+                              f"expected >= min_words ({self.min_words})")
+
+
+@dataclass(frozen=True)
 class DistillParams:
     seed: int = 0
     student: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
@@ -202,6 +220,7 @@ class DistillParams:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-4, warmup_ratio=0.1))
     log_every: int = 25
     ensemble: EnsembleParams = field(default_factory=EnsembleParams)
+    transfer_set: TransferSetParams = field(default_factory=TransferSetParams)
 
     def __post_init__(self) -> None:
         check_ranges("distill", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "log_every": ">= 1"})

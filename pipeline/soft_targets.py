@@ -15,6 +15,7 @@ import numpy as np
 from pipeline.io import DataError, atomic_path
 
 PROB_FLOOR = 1e-6  # log(0) guard for probabilities that round to 0
+UNLABELLED = -1  # the label stored for rows of the transfer set, which have none
 
 
 def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:

@@ -171,6 +171,9 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
     ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
     ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
+    ("distill.transfer_set", "rows", -1, r"distill\.transfer_set\.rows: -1 is out of range; expected >= 0"),
+    ("distill.transfer_set", "max_words", 3, r"distill\.transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
+    ("distill.transfer_set", "unit", "paragraph", r"distill\.transfer_set\.unit"),
 ])
 def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str, value: object, message: str) -> None:
     raw = base()

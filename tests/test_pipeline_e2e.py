@@ -22,7 +22,7 @@ from servers import background, free_port, healthy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "baseline_oof", "teacher_logits", "distill", "export", "quantize",
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "distill", "export", "quantize",
           "evaluate", "register", "report"]
 
 # servers and runs of the caller's that the copy must not talk to
@@ -109,7 +109,17 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     np.testing.assert_allclose(np.exp(oof["logits"]).sum(axis=1), 1.0, atol=1e-4)
     oof_metrics = json.loads((dest / "metrics" / "baseline_oof.json").read_text())
     assert not oof_metrics["skipped"] and oof_metrics["extra_rows"] > 0 and oof_metrics["folds"] == 2
-    assert 0.0 <= json.loads((dest / "metrics" / "distill.json").read_text())["soft_target_train_accuracy"] <= 1.0
+    distill = json.loads((dest / "metrics" / "distill.json").read_text())
+    assert 0.0 <= distill["soft_target_train_accuracy"] <= 1.0
+    # the transfer set: 200 unlabelled sentences (tiny profile), scored by the teacher and by TF-IDF, learnt on
+    transfer = pd.read_parquet(dest / "data" / "transfer" / "texts.parquet")["text"]
+    assert len(transfer) == 200 and not set(transfer) & set(pd.read_parquet(dest / "data" / "prepared" / "sst2_dev.parquet")["text"])
+    teacher_transfer = np.load(dest / "models" / "teacher_logits" / "transfer.npz")
+    assert teacher_transfer["logits"].shape == (200, 2) and (teacher_transfer["labels"] == -1).all()
+    baseline_transfer = np.load(dest / "models" / "baseline_oof" / "transfer.npz")["logits"]
+    assert baseline_transfer.shape == (200, 2)
+    np.testing.assert_allclose(np.exp(baseline_transfer).sum(axis=1), 1.0, atol=1e-4)
+    assert distill["transfer_rows"] == 200
     pretrain = json.loads((dest / "metrics" / "pretrain.json").read_text())
     assert pretrain["ppmi_vocab"] > 32 and pretrain["ppmi_tokens"] > 0, "word vectors from co-occurrences first"
     report = json.loads((dest / "reports" / "data.json").read_text())
@@ -144,6 +154,7 @@ def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> Non
     pretrain_md5 = next(o["md5"] for o in lock["pretrain"]["outs"] if o["path"].endswith("model.safetensors"))
     assert by_stage["finetune"].data.tags["input_digest.models/pretrain/model.safetensors"] == f"md5:{pretrain_md5}"
     assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"sst2_train", "sst2_val", "imdb_train", "imdb_val"}
+    assert {d.dataset.name for d in by_stage["distill"].inputs.dataset_inputs} == {"sst2_train", "transfer_set"}
     finetune = json.loads((dest / "metrics" / "finetune.json").read_text())
     assert 0.0 <= finetune["transfer_val_accuracy"] <= 1.0 and finetune["transfer_steps"] > 0, "IMDb transfer phase ran"
     assert len(client.get_metric_history(by_stage["finetune"].info.run_id, "transfer_train_loss")) >= 1

@@ -16,7 +16,7 @@ from pipeline.params import BaselineParams, DistillParams, EnsembleParams
 from pipeline.soft_targets import load_logits, log_probabilities, mix_soft_targets, save_logits
 from pipeline.stages.baseline import build_baseline
 from pipeline.stages.baseline_oof import out_of_fold, run
-from pipeline.stages.distill import soft_targets
+from pipeline.stages.distill import soft_targets, with_transfer
 
 UNIQUE_WORDS = BaselineParams(min_df=1)  # every row's own word survives the vocabulary cut
 
@@ -68,15 +68,27 @@ def test_out_of_fold_scores_come_from_models_that_never_saw_the_row() -> None:
     labels = train["label"].to_numpy()
     in_sample = build_baseline(UNIQUE_WORDS).fit(train["text"], labels).predict_proba(train["text"])
     assert (in_sample.argmax(axis=1) == labels).mean() == 1.0  # a row's own word gives its label away
-    oof = out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0)
-    assert oof.shape == (60, 2)
+    oof, none = out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0)
+    assert oof.shape == (60, 2) and none.shape == (0, 2)
     np.testing.assert_allclose(oof.sum(axis=1), 1.0)
     # held out, a row's word is unknown: every score is the other folds' prior, never the row's label
     assert np.abs(oof[:, 1] - 0.5).max() < 0.1
     # the extra task's rows are fitted on by every fold: here they hold the very texts, so the scores know them
-    with_extra = out_of_fold(UNIQUE_WORDS, train, train.copy(), folds=3, seed=0)
+    with_extra, _ = out_of_fold(UNIQUE_WORDS, train, train.copy(), folds=3, seed=0)
     assert (with_extra.argmax(axis=1) == labels).mean() == 1.0
-    np.testing.assert_array_equal(oof, out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0, jobs=2))
+    np.testing.assert_array_equal(oof, out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0, jobs=2)[0])
+
+
+def test_unlabelled_texts_are_scored_by_a_model_fitted_on_every_training_row() -> None:
+    train = random_rows(60, seed=1)
+    labels = train["label"].to_numpy()
+    unlabelled = [f"{text} unseen" for text in train["text"][:10]] + ["nothing known here"]
+    oof, scored = out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0, jobs=2, unlabelled=unlabelled)
+    full = build_baseline(UNIQUE_WORDS).fit(train["text"], labels)
+    np.testing.assert_allclose(scored, full.predict_proba(unlabelled))
+    # a text sharing a training row's word gets that row's label: the full model knows every row
+    assert (scored[:10].argmax(axis=1) == labels[:10]).all()
+    np.testing.assert_array_equal(oof, out_of_fold(UNIQUE_WORDS, train, None, folds=3, seed=0)[0])
 
 
 def test_out_of_fold_needs_every_label_in_every_fold() -> None:
@@ -87,8 +99,9 @@ def test_out_of_fold_needs_every_label_in_every_fold() -> None:
 
 def test_a_zero_share_fits_nothing_and_the_student_learns_from_the_teacher_alone() -> None:
     train = random_rows(3, seed=0)  # too few rows to fit folds: proof that nothing is fitted
-    logits, metrics = run(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1)
-    assert logits.shape == (3, 0) and metrics["skipped"]
+    logits, transfer, metrics = run(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1,
+                                    unlabelled=["a", "b"])
+    assert logits.shape == (3, 0) and transfer.shape == (2, 0) and metrics["skipped"]
     teacher = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
     assert soft_targets(DistillParams(), teacher, None, np.arange(2)) is teacher
 
@@ -100,3 +113,15 @@ def test_per_text_scores_follow_the_rows_each_text_became() -> None:
     text_index = np.array([0, 0, 0, 1])  # text 0 became three windows
     mixed = softmax(soft_targets(cfg, teacher, baseline, text_index))
     np.testing.assert_allclose(mixed[:, 1], [0.3, 0.3, 0.3, 0.65], atol=1e-6)
+
+
+def test_transfer_rows_follow_the_training_rows_labelled_by_their_soft_targets() -> None:
+    train = ([[1, 5, 2], [1, 6, 2]], np.array([0, 1]))
+    targets = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    transfer_targets = log_probabilities(np.array([[0.2, 0.8], [0.7, 0.3], [0.45, 0.55]]))
+    (sequences, labels), all_targets = with_transfer(train, targets, [[1, 7, 2], [1, 8, 2], [1, 9, 2]], transfer_targets)
+    assert sequences == [[1, 5, 2], [1, 6, 2], [1, 7, 2], [1, 8, 2], [1, 9, 2]]
+    assert labels.tolist() == [0, 1, 1, 0, 1]  # the training labels, then each transfer row's argmax
+    np.testing.assert_allclose(all_targets, np.concatenate([targets, transfer_targets]))
+    (sequences, labels), all_targets = with_transfer(train, targets, [], transfer_targets[:0])
+    assert sequences == train[0] and labels.tolist() == [0, 1] and all_targets.shape == (2, 2)

@@ -3,7 +3,9 @@
 The teacher's logits on the training split come from the ``teacher_logits`` stage (computed
 once). With ``distill.ensemble.baseline_share`` above 0 the soft targets are the teacher's
 probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``): an ensemble
-of two model families, distilled into one small model. The student (a minibert of
+of two model families, distilled into one small model. With ``distill.transfer_set.rows`` above 0
+the student also learns those soft targets on unlabelled in-domain texts (stage ``transfer_set``,
+scored by ``teacher_logits`` and ``baseline_oof``), their argmax standing in for the label. The student (a minibert of
 ``distill.student`` shape, by default 2 layers x 128 hidden)
 starts from the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the
 same width, projected embeddings when narrower) and is trained on
@@ -35,6 +37,7 @@ from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
 from pipeline.task import encode_train_indexed
 from pipeline.tracking import stage_run
+from pipeline.transfer_texts import load_transfer_split
 
 
 def run(
@@ -78,6 +81,14 @@ def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits
     return mix_soft_targets(teacher_logits, baseline_logits[text_index], share)
 
 
+def with_transfer(train: tuple[list[list[int]], np.ndarray], targets: np.ndarray,
+                  transfer: list[list[int]], transfer_targets: np.ndarray) -> tuple[tuple[list[list[int]], np.ndarray], np.ndarray]:
+    """The training rows followed by the transfer set's, whose labels are their soft targets' argmax
+    (the hard-label term of the KD loss then follows the teacher, or the ensemble, on them)."""
+    labels = np.concatenate([train[1], transfer_targets.argmax(axis=1)]) if len(transfer) else train[1]
+    return (train[0] + transfer, labels), np.concatenate([targets, transfer_targets]).astype(np.float32)
+
+
 def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, Tensor]:
     ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
     return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), mask.sum()
@@ -90,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
     parser.add_argument("--teacher-logits", type=Path, default=Path("models/teacher_logits/train.npz"))
     parser.add_argument("--baseline-oof", type=Path, default=Path("models/baseline_oof/train.npz"))
+    parser.add_argument("--transfer", type=Path, default=Path("data/transfer/texts.parquet"))
+    parser.add_argument("--teacher-transfer", type=Path, default=Path("models/teacher_logits/transfer.npz"))
+    parser.add_argument("--baseline-transfer", type=Path, default=Path("models/baseline_oof/transfer.npz"))
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     parser.add_argument("--curves", type=Path, default=Path("plots/curves/distill.csv"),
@@ -98,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    inputs = [train_path, val_path, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof]
+    inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof]
     with stage_run("distill", params, ["task", "distill"], inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
@@ -108,14 +122,23 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
         teacher_logits = load_logits(args.teacher_logits, labels)
-        baseline_logits = (None if params.distill.ensemble.baseline_share == 0
-                           else load_logits(args.baseline_oof, train_df["label"].to_numpy(), "baseline_oof",
-                                            columns=teacher_logits.shape[1]))
+        share = params.distill.ensemble.baseline_share
+        baseline_logits = (None if share == 0 else load_logits(args.baseline_oof, train_df["label"].to_numpy(),
+                                                                "baseline_oof", columns=teacher_logits.shape[1]))
         targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index)
+        transfer_df = load_transfer_split(args.transfer)
+        tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.transfer, context="training", targets=None)
+        transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
+        transfer_teacher = load_logits(args.teacher_transfer, transfer_labels)
+        transfer_baseline = (None if share == 0 else load_logits(args.baseline_transfer, transfer_df["label"].to_numpy(),
+                                                                  "baseline_oof", columns=teacher_logits.shape[1]))
+        transfer_targets = soft_targets(params.distill, transfer_teacher, transfer_baseline, transfer_index)
+        rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
         recorder = RecordingTracker(tracker)
-        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, (sequences, labels), targets,
+        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets,
                                validation(tok, val_df, task), recorder)
         metrics["soft_target_train_accuracy"] = float((targets.argmax(axis=1) == labels).mean())
+        metrics["transfer_rows"] = len(transfer)
         save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
         curves = write_curves(recorder.history, args.curves, "distill", "distillation into the student")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})

@@ -3,7 +3,8 @@
 A stage of its own so that changing the student, the temperature or any other ``distill``
 param reruns only the student's training, never the teacher's forward passes. Rows follow the
 task's training split as ``encode_train`` cuts it; the labels ride along so ``distill`` can
-check the file still matches the split it reads.
+check the file still matches the split it reads. The transfer set's texts (stage ``transfer_set``)
+are scored into a second file, their rows cut the same way, with label -1 (unlabelled).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.inference import predict_logits
+from minibert.model import SequenceClassifier
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
@@ -23,10 +25,19 @@ from pipeline.progress import progress
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_train
+from pipeline.task import encode_train_indexed
 from pipeline.tracking import stage_run
+from pipeline.transfer_texts import load_transfer_split
 
 CHUNK_ROWS = 4096
+
+
+def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str) -> np.ndarray:
+    """(N, L) logits; a progress-bar step a chunk, each chunk batched by length."""
+    chunks = range(0, len(sequences), CHUNK_ROWS)
+    out = [predict_logits(teacher.eval(), sequences[i : i + CHUNK_ROWS], batch_size=128)
+           for i in progress(chunks, what, unit="chunk")]
+    return np.concatenate(out) if out else np.zeros((0, teacher.head.classifier.out_features), np.float32)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,23 +46,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--teacher", type=Path, default=Path("models/finetune/model.safetensors"))
     parser.add_argument("--out", type=Path, default=Path("models/teacher_logits/train.npz"))
+    parser.add_argument("--transfer", type=Path, default=Path("data/transfer/texts.parquet"))
+    parser.add_argument("--transfer-out", type=Path, default=Path("models/teacher_logits/transfer.npz"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/teacher_logits.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
     task = params.task
     train_path = split_path(args.data, task, "train")
-    with stage_run("teacher_logits", params, ["task"], [train_path, args.tokenizer, args.teacher]) as tracker:
+    inputs = [train_path, args.transfer, args.tokenizer, args.teacher]
+    with stage_run("teacher_logits", params, ["task"], inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
+        sequences, labels, _ = encode_train_indexed(tok, load_split(args.data, task, "train"), task)
+        transfer, transfer_labels, _ = encode_train_indexed(tok, load_transfer_split(args.transfer), task)
         start = time.perf_counter()
-        chunks = range(0, len(sequences), CHUNK_ROWS)  # a bar step a chunk; each chunk batched by length
-        logits = np.concatenate([predict_logits(teacher.eval(), sequences[i : i + CHUNK_ROWS], batch_size=128)
-                                 for i in progress(chunks, "teacher logits", unit="chunk")])  # (N, L)
+        logits = teacher_logits(teacher, sequences, "teacher logits")
         seconds = time.perf_counter() - start
+        transfer_logits = teacher_logits(teacher, transfer, "teacher logits, transfer set")
         save_logits(args.out, logits, labels)
-        metrics = {"rows": len(labels), "seconds": seconds,
+        save_logits(args.transfer_out, transfer_logits, transfer_labels)
+        metrics = {"rows": len(labels), "seconds": seconds, "transfer_rows": len(transfer_labels),
+                   "transfer_seconds": time.perf_counter() - start - seconds,
                    "teacher_train_accuracy": classification_metrics(labels, logits)["accuracy"]}
         finish_stage(tracker, metrics, args.metrics)
 

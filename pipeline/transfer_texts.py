@@ -1,0 +1,68 @@
+"""The distillation transfer set: unlabelled texts cut from the pretraining corpus (pure functions).
+
+The student learns the teacher's (and, with ``distill.ensemble``, TF-IDF's) soft targets on these
+texts as well as on the labelled training rows: the transfer set of Hinton et al. (2015), with
+the in-domain unlabelled IMDb reviews as its source. A ``sentence`` unit cuts reviews into
+sentences, the length of SST-2's rows; ``document`` keeps whole reviews. Texts of any labelled
+split are never used, so no test sentence reaches the student through its teacher.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.io import read_table
+from pipeline.params import TransferSetParams
+from pipeline.soft_targets import UNLABELLED
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+
+
+def review_sentences(text: str, min_words: int = 4, max_words: int = 50) -> list[str]:
+    """The sentences of a review (split after . ! ?) of min_words..max_words words."""
+    parts = SENTENCE_END.split(LINE_BREAK.sub(" ", text))
+    return [s.strip() for s in parts if min_words <= len(s.split()) <= max_words]
+
+
+def units(text: str, cfg: TransferSetParams) -> list[str]:
+    """The transfer texts one corpus text gives: its sentences, or itself, within the word bounds."""
+    if cfg.unit == "sentence":
+        return review_sentences(text, cfg.min_words, cfg.max_words)
+    return [text] if cfg.min_words <= len(text.split()) <= cfg.max_words else []
+
+
+def transfer_texts(corpus: Sequence[str], exclude: Iterable[str], cfg: TransferSetParams) -> list[str]:
+    """Up to ``cfg.rows`` distinct texts from ``corpus`` (visited in a ``cfg.seed`` order), none of them,
+    and none cut from, a text in ``exclude`` (the labelled splits)."""
+    if cfg.rows == 0:
+        return []
+    excluded = set(exclude)
+    seen: set[str] = set()
+    out: list[str] = []
+    for text in _shuffled(corpus, cfg.seed):
+        if text in excluded:
+            continue
+        for unit in units(text, cfg):
+            if unit not in excluded and unit not in seen:
+                seen.add(unit)
+                out.append(unit)
+                if len(out) == cfg.rows:
+                    return out
+    return out
+
+
+def _shuffled(corpus: Sequence[str], seed: int) -> Iterator[str]:
+    for i in np.random.default_rng(seed).permutation(len(corpus)):
+        yield corpus[i]
+
+
+def load_transfer_split(path: Path) -> pd.DataFrame:
+    """The transfer set (stage transfer_set) as a split of label -1 rows, for the task's encoder."""
+    texts = read_table(path, ["text"])["text"]
+    return pd.DataFrame({"text": texts.astype(str), "label": np.full(len(texts), UNLABELLED, np.int64)})
