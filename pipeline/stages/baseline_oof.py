@@ -52,7 +52,8 @@ def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | 
     if len(unlabelled):
         jobs_list.append((np.arange(len(train)), pd.Series(list(unlabelled), dtype=str), None))
 
-    def fit_and_score(fit_rows: np.ndarray, texts: pd.Series, held: np.ndarray | None):
+    def fit_and_score(fit_rows: np.ndarray, texts: pd.Series,
+                      held: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         fit = pd.concat([train.iloc[fit_rows], extra])
         model = build_baseline(cfg).fit(fit["text"], fit["label"])
         return held, model.classes_, model.predict_proba(texts)
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         save_logits(args.out, logits, train["label"].to_numpy())
         save_logits(args.transfer_out, transfer_logits, np.full(len(transfer), UNLABELLED))
         finish_stage(tracker, metrics, args.metrics)
+
 
 if __name__ == "__main__":
     from pipeline.runner import run_main

@@ -5,13 +5,13 @@ once). With ``distill.ensemble.baseline_share`` above 0 the soft targets are the
 probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``): an ensemble
 of two model families, distilled into one small model. With ``distill.transfer_set.rows`` above 0
 the student also learns those soft targets on unlabelled in-domain texts (stage ``transfer_set``,
-scored by ``teacher_logits`` and ``baseline_oof``), their argmax standing in for the label. The student (a minibert of
-``distill.student`` shape, by default 2 layers x 128 hidden)
-starts from the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the
-same width, projected embeddings when narrower) and is trained on
-alpha * T^2 * KL(teacher || student) + (1 - alpha) * CE, plus TinyBERT-style hidden-state and
-attention terms when ``hidden_weight`` / ``attention_weight`` are above 0, with the same
-batching, schedule and best-on-validation selection as fine-tuning.
+scored by ``teacher_logits`` and ``baseline_oof``), their argmax standing in for the label. The
+student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden) starts from
+the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at the same width,
+projected embeddings when narrower) and is trained on alpha * T^2 * KL(teacher || student)
++ (1 - alpha) * CE, plus TinyBERT-style hidden-state and attention terms when ``hidden_weight`` /
+``attention_weight`` are above 0, with the same batching, schedule and best-on-validation
+selection as fine-tuning.
 """
 
 from __future__ import annotations
