@@ -122,16 +122,19 @@ def main(argv: list[str] | None = None) -> None:
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
         teacher_logits = load_logits(args.teacher_logits, labels)
-        share = params.distill.ensemble.baseline_share
-        baseline_logits = (None if share == 0 else load_logits(args.baseline_oof, train_df["label"].to_numpy(),
-                                                                "baseline_oof", columns=teacher_logits.shape[1]))
+
+        def baseline(path: Path, text_labels: np.ndarray) -> np.ndarray | None:  # per-text TF-IDF log-probabilities
+            if params.distill.ensemble.baseline_share == 0:
+                return None
+            return load_logits(path, text_labels, "baseline_oof", columns=teacher_logits.shape[1])
+
+        baseline_logits = baseline(args.baseline_oof, train_df["label"].to_numpy())
         targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index)
         transfer_df = load_transfer_split(args.transfer)
         tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.transfer, context="training", targets=None)
         transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
         transfer_teacher = load_logits(args.teacher_transfer, transfer_labels)
-        transfer_baseline = (None if share == 0 else load_logits(args.baseline_transfer, transfer_df["label"].to_numpy(),
-                                                                  "baseline_oof", columns=teacher_logits.shape[1]))
+        transfer_baseline = baseline(args.baseline_transfer, transfer_df["label"].to_numpy())
         transfer_targets = soft_targets(params.distill, transfer_teacher, transfer_baseline, transfer_index)
         rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
         recorder = RecordingTracker(tracker)

@@ -25,7 +25,7 @@ from pipeline.progress import progress
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_train_indexed
+from pipeline.task import encode_train
 from pipeline.tracking import stage_run
 from pipeline.transfer_texts import load_transfer_split
 
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> None:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        sequences, labels, _ = encode_train_indexed(tok, load_split(args.data, task, "train"), task)
-        transfer, transfer_labels, _ = encode_train_indexed(tok, load_transfer_split(args.transfer), task)
+        sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
+        transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
         start = time.perf_counter()
         logits = teacher_logits(teacher, sequences, "teacher logits")
         seconds = time.perf_counter() - start
