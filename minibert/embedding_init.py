@@ -1,4 +1,5 @@
-"""Count-based word vectors to start MLM from: PPMI of windowed co-occurrences, then a truncated SVD.
+"""Count-based starts for MLM: word vectors from PPMI of windowed co-occurrences and a truncated
+SVD, and the output bias at the corpus's log unigram frequencies.
 
 Minutes of MLM on a CPU leave an encoder at the unigram stage, its word embeddings barely
 moved from random. Distributional statistics of the same corpus (Levy, Goldberg & Dagan 2015:
@@ -6,6 +7,13 @@ positive PMI with context-distribution smoothing, SVD with the singular values' 
 give embeddings where "great" sits next to "excellent" after one pass over the text, in
 seconds. ``ppmi_svd`` computes them over the ``max_tokens`` most frequent ids; the rest (and the
 special tokens) keep their random initialisation. Pure maths: ids in, a (V, dim) tensor out.
+
+``unigram_log_probs`` is what the MLM decoder's bias starts at. From a zero bias, the cheapest
+way down from log V to the unigram entropy is for the encoder to give every token the same
+vector, aimed at the frequent words: with a 4 x 256 encoder at lr 1e-3 that happened within
+20 steps and never undid itself on a CPU budget (every token's final state equal to 4 decimals,
+fine-tuning stuck at chance for hundreds of steps). Starting the bias at the unigram solution
+leaves the encoder nothing to gain from collapsing, and its gradient goes to context.
 """
 
 from __future__ import annotations
@@ -69,6 +77,18 @@ def ppmi_svd(docs: Sequence[np.ndarray], vocab_size: int, dim: int, cfg: PPMICon
     vectors = u * s.sqrt()
     vectors = vectors - vectors.mean(dim=0)
     return torch.from_numpy(ids), vectors * (cfg.init_std / vectors.std())
+
+
+def unigram_log_probs(docs: Sequence[np.ndarray], vocab_size: int, smoothing: float = 1.0) -> Tensor:
+    """(V,) float32 log of each id's add-``smoothing`` frequency in ``docs``; ids never seen (the
+    special tokens among them) get the smoothed floor. exp() of it sums to 1."""
+    if smoothing <= 0:
+        raise ValueError(f"unigram_log_probs: smoothing must be > 0, got {smoothing}")
+    counts = np.bincount(np.concatenate(list(docs)) if docs else np.zeros(0, np.int64), minlength=vocab_size)
+    if len(counts) > vocab_size:
+        raise ValueError(f"unigram_log_probs: id {len(counts) - 1} in the corpus is outside the vocabulary of {vocab_size}")
+    smoothed = counts.astype(np.float64) + smoothing
+    return torch.from_numpy(np.log(smoothed / smoothed.sum()).astype(np.float32))
 
 
 @torch.no_grad()

@@ -112,6 +112,7 @@ class PretrainParams:
     eval_rows: int = 512  # held-out corpus sequences for masked-token accuracy
     embedding_init: Literal["random", "ppmi_svd"] = "random"  # ppmi_svd: word vectors from corpus co-occurrences first
     ppmi: PPMIConfig = field(default_factory=PPMIConfig)
+    mlm_bias_init: Literal["zeros", "unigram"] = "zeros"  # unigram: the decoder bias starts at log unigram frequencies
 
     def __post_init__(self) -> None:
         check_ranges("pretrain", self, {"processes": ">= 1", "mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "accumulate": ">= 1", "checkpoint_every": ">= 0", "log_every": ">= 1", "eval_every": ">= 0", "eval_rows": ">= 1"})

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from minibert import ModelConfig, build_mlm
-from minibert.embedding_init import cooccurrences, ppmi, ppmi_svd, set_token_embeddings
+from minibert.embedding_init import cooccurrences, ppmi, ppmi_svd, set_token_embeddings, unigram_log_probs
 from minibert.train_config import PPMIConfig
 from minibert.validation import ConfigError
 
@@ -75,3 +75,19 @@ def test_set_token_embeddings_reaches_the_tied_decoder() -> None:
         first = mlm(ids_in, None, masked_positions=positions)[0, 7]
         set_token_embeddings(tokens, ids[:1], vectors[:1] * 3)
         assert not torch.allclose(mlm(ids_in, None, masked_positions=positions)[0, 7], first)
+
+
+def test_unigram_log_probs_are_smoothed_log_frequencies() -> None:
+    docs = [np.array([5, 5, 6]), np.array([5, 7])]
+    got = unigram_log_probs(docs, vocab_size=9, smoothing=1.0)
+    counts = np.array([0, 0, 0, 0, 0, 3, 1, 1, 0], dtype=np.float64) + 1.0
+    np.testing.assert_allclose(got.numpy(), np.log(counts / counts.sum()), rtol=1e-6)
+    assert got.dtype == torch.float32 and float(got.exp().sum()) == pytest.approx(1.0, rel=1e-6)
+    assert got[5] > got[6] == got[7] > got[0] == got[8]  # unseen ids (the specials among them) share the floor
+
+
+def test_unigram_log_probs_reject_ids_outside_the_vocabulary_and_bad_smoothing() -> None:
+    with pytest.raises(ValueError, match="id 9 .* vocabulary of 9"):
+        unigram_log_probs([np.array([1, 9])], vocab_size=9)
+    with pytest.raises(ValueError, match="smoothing"):
+        unigram_log_probs([np.array([1])], vocab_size=9, smoothing=0.0)

@@ -1,6 +1,8 @@
-"""pretrain.run end to end on toy text: zero MLM steps leaves the count-based initialisation."""
+"""pretrain.run end to end on toy text: zero MLM steps leaves the count-based initialisation (word
+vectors, unigram output bias); a collapsed encoder is flagged."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -8,6 +10,7 @@ import torch
 from conftest import toy_texts, toy_tokenizer
 
 from minibert import ModelConfig
+from minibert.embedding_init import unigram_log_probs
 from minibert.train_config import PPMIConfig
 from minibert.trainer import NullTracker, RecordingTracker
 from pipeline.params import PretrainParams
@@ -20,9 +23,15 @@ def toy(tmp_path_factory: pytest.TempPathFactory):
     return tok, toy_texts(np.random.default_rng(1), [30] * 200)
 
 
-def params(max_steps: int, embedding_init: str) -> PretrainParams:
+def params(max_steps: int, embedding_init: str, mlm_bias_init: str = "zeros") -> PretrainParams:
     return PretrainParams(max_length=32, batch_size=8, max_steps=max_steps, eval_rows=16, log_every=1,
-                          embedding_init=embedding_init, ppmi=PPMIConfig(window=2, max_tokens=100))
+                          embedding_init=embedding_init, ppmi=PPMIConfig(window=2, max_tokens=100),
+                          mlm_bias_init=mlm_bias_init)
+
+
+def small(tok) -> ModelConfig:
+    return ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                       max_positions=64)
 
 
 def test_zero_steps_keeps_the_ppmi_vectors_and_reports_one_evaluation(toy) -> None:
@@ -48,3 +57,34 @@ def test_some_steps_move_the_vectors(toy) -> None:
                                                  cfg.hidden_size, params(3, "ppmi_svd"))
     assert metrics["steps"] == 3 and np.isfinite(metrics["final_train_loss"])
     assert not torch.allclose(model.backbone.embeddings.tokens.weight[ids], vectors)
+
+
+def test_unigram_bias_starts_the_decoder_at_the_corpus_frequencies_and_lowers_the_first_loss(toy) -> None:
+    tok, texts = toy
+    zeros_model, zeros = pretrain.run(params(0, "random"), small(tok), tok, texts, NullTracker())
+    model, unigram = pretrain.run(params(0, "random", "unigram"), small(tok), tok, texts, NullTracker())
+    docs = [np.asarray(d, dtype=np.int64) for d in pretrain.encode_documents(tok, texts)]
+    torch.testing.assert_close(model.head.bias, unigram_log_probs(docs, tok.get_vocab_size()))
+    assert not zeros_model.head.bias.any()
+    # same seed, same encoder and eval batches: only the bias differs, and it is the unigram solution
+    assert unigram["mlm_loss"] < zeros["mlm_loss"] - 0.5
+    assert unigram["token_spread"] == pytest.approx(zeros["token_spread"]) and unigram["token_spread"] > 0.1
+    assert not unigram["collapsed"]
+
+
+def test_a_collapsed_encoder_is_flagged_with_a_warning_that_names_the_fix(toy, monkeypatch) -> None:
+    tok, texts = toy
+    build = pretrain.build_mlm
+
+    def collapsed(cfg: ModelConfig):
+        model = build(cfg)
+        with torch.no_grad():  # the last LayerNorm's gain at 0: every token's final state is its bias
+            model.backbone.encoder.layers[-1].feed_forward_norm.weight.zero_()
+        return model
+
+    monkeypatch.setattr(pretrain, "build_mlm", collapsed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, metrics = pretrain.run(params(0, "random"), small(tok), tok, texts, NullTracker())
+    assert metrics["collapsed"] and metrics["token_spread"] < 1e-6
+    assert any("collapsed" in str(w.message) and "mlm_bias_init: unigram" in str(w.message) for w in caught)

@@ -6,8 +6,11 @@ seen (80/10/10). The MLM head runs in sparse mode: vocabulary logits only at mas
 positions. With ``embedding_init: ppmi_svd`` the word embeddings (and so the tied decoder) start
 from PPMI + SVD vectors counted over the whole corpus (``minibert.embedding_init``), which is
 then encoded once for both; otherwise only as many documents are encoded as ``max_steps``
-batches need. A held-out slice of sequences, masked once with a fixed seed, gives the
-masked-token accuracy and loss reported at the end.
+batches need. With ``mlm_bias_init: unigram`` the decoder bias starts at the corpus's log unigram
+frequencies, so the encoder never collapses onto the unigram plateau (``minibert.embedding_init``).
+A held-out slice of sequences, masked once with a fixed seed, gives the masked-token accuracy, the
+loss and the final states' spread reported at the end; a collapsed encoder gets a warning and
+``collapsed: true`` in the metrics.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import hashlib
 import json
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +32,12 @@ from minibert.batching import EpochStream, pad_batch, sorted_batches
 from minibert.checkpoint import save_model
 from minibert.config import ModelConfig
 from minibert.distributed import World
-from minibert.embedding_init import ppmi_svd, set_token_embeddings
+from minibert.embedding_init import ppmi_svd, set_token_embeddings, unigram_log_probs
 from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
+from minibert.spread import token_deviation
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import Checkpointer, Hooks, LoopResult, RecordingTracker, Tracker, fit
@@ -42,6 +47,8 @@ from pipeline.params import Params, PretrainParams, flatten, load_params
 from pipeline.progress import progress_bar
 from pipeline.provenance import data_digests
 from pipeline.task import encode_documents
+
+COLLAPSED_SPREAD = 0.01  # token_spread below this: the final states no longer tell tokens apart (fresh: ~0.7)
 
 
 def build_sequences(
@@ -104,16 +111,21 @@ def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor
 
 
 def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str, float]:
-    """Masked-token accuracy and mean loss over fixed, pre-masked batches."""
-    correct, total, loss_sum = 0, 0, 0.0
+    """Masked-token accuracy, mean loss and the final states' spread (``minibert.spread``: 0 when
+    the encoder has collapsed) over fixed, pre-masked batches."""
+    correct, total, loss_sum, squared, cells = 0, 0, 0.0, 0.0, 0
     device = next(model.parameters()).device
     for batch in batches:
         ids, mask, positions, labels = (t.to(device) for t in batch)
-        logits = model(ids, mask, masked_positions=positions)
+        hidden, _ = model.backbone(ids, mask)
+        logits = model.head(hidden, model.backbone.embeddings.tokens.weight, positions)
         loss_sum += float(mlm_loss(logits, labels)) * len(labels)
         correct += int((logits.argmax(-1) == labels).sum())
         total += len(labels)
-    return {"mlm_accuracy": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1)}
+        batch_squared, batch_cells = token_deviation(hidden.float(), mask)
+        squared, cells = squared + batch_squared, cells + batch_cells
+    return {"mlm_accuracy": correct / max(total, 1), "mlm_loss": loss_sum / max(total, 1),
+            "token_spread": squared / max(cells, 1)}
 
 
 def run(
@@ -128,7 +140,8 @@ def run(
     if cfg.max_length > model_cfg.max_positions:
         raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
     needed = cfg.max_steps * cfg.batch_size * cfg.accumulate + cfg.eval_rows
-    encoded = encode_documents(tok, texts) if cfg.embedding_init == "ppmi_svd" else None  # all of it, once
+    counted = cfg.embedding_init == "ppmi_svd" or cfg.mlm_bias_init == "unigram"
+    encoded = encode_documents(tok, texts) if counted else None  # all of it, once
     sequences = build_sequences(tok, texts, cfg.max_length, needed, cfg.seed, encoded)
     if len(sequences) <= cfg.eval_rows:
         raise ValueError(f"corpus gives {len(sequences)} sequences; need more than pretrain.eval_rows={cfg.eval_rows}")
@@ -138,9 +151,12 @@ def run(
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
     init_metrics: dict = {}
-    if encoded is not None:
+    if encoded is not None and cfg.embedding_init == "ppmi_svd":
         ids, vectors, init_metrics = corpus_embeddings(encoded, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
         set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
+    if encoded is not None and cfg.mlm_bias_init == "unigram":  # the decoder starts at the unigram solution: nothing to gain by collapsing
+        with torch.no_grad():
+            model.head.bias.copy_(unigram_log_probs([np.asarray(d, dtype=np.int64) for d in encoded], model_cfg.vocab_size))
     model.to(world.device())  # this rank's GPU when there is one, else the CPU
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
@@ -160,9 +176,14 @@ def run(
                            checkpoint_every=cfg.checkpoint_every),
                 tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
             )
+    final = result.evals[-1][1]
+    collapsed = final["token_spread"] < COLLAPSED_SPREAD
+    if collapsed:
+        warnings.warn(f"pretrain: the encoder collapsed (token_spread {final['token_spread']:.2g} < {COLLAPSED_SPREAD}): every "
+                      "token gets about the same final state, and fine-tuning from it starts at chance. Set "
+                      "pretrain.mlm_bias_init: unigram, or lower pretrain.optim.lr", stacklevel=2)
     examples = result.steps * cfg.batch_size * cfg.accumulate
     tokens_seen = examples * float(np.mean([len(s) for s in train]))
-    final = result.evals[-1][1]
     metrics = {
         **final,
         "mlm_perplexity": math.exp(min(final["mlm_loss"], 50.0)),
@@ -175,6 +196,7 @@ def run(
         "epochs": examples / len(train),
         "approx_tokens_seen": tokens_seen,
         "processes": world.size,
+        "collapsed": collapsed,
         **init_metrics,
     }
     if result.steps:  # no training loss without a step (and no NaN in the metrics JSON)
