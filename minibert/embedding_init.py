@@ -48,6 +48,11 @@ def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> 
     return counts + counts.T
 
 
+def token_counts(docs: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
+    """(max(V, largest id + 1),) int64 occurrences of each id over ``docs``."""
+    return np.bincount(np.concatenate(list(docs)) if docs else np.zeros(0, np.int64), minlength=vocab_size)
+
+
 def ppmi(counts: np.ndarray, alpha: float) -> np.ndarray:
     """Positive PMI with the context distribution raised to ``alpha``; zero where nothing co-occurred."""
     rows = counts.sum(axis=1, keepdims=True)
@@ -59,7 +64,7 @@ def ppmi(counts: np.ndarray, alpha: float) -> np.ndarray:
 
 def ppmi_svd(docs: Sequence[np.ndarray], vocab_size: int, dim: int, cfg: PPMIConfig, seed: int = 0) -> tuple[Tensor, Tensor]:
     """(ids (K,), vectors (K, dim)): embeddings for the K most frequent non-special ids in ``docs``."""
-    freq = np.bincount(np.concatenate(list(docs)) if docs else np.zeros(0, np.int64), minlength=vocab_size)[:vocab_size]
+    freq = token_counts(docs, vocab_size)[:vocab_size]
     freq[: len(SPECIAL_TOKENS)] = 0  # specials are never counted or overwritten
     ids = np.argsort(-freq, kind="stable")[: cfg.max_tokens]
     ids = ids[freq[ids] > 0]
@@ -84,7 +89,7 @@ def unigram_log_probs(docs: Sequence[np.ndarray], vocab_size: int, smoothing: fl
     special tokens among them) get the smoothed floor. exp() of it sums to 1."""
     if smoothing <= 0:
         raise ValueError(f"unigram_log_probs: smoothing must be > 0, got {smoothing}")
-    counts = np.bincount(np.concatenate(list(docs)) if docs else np.zeros(0, np.int64), minlength=vocab_size)
+    counts = token_counts(docs, vocab_size)
     if len(counts) > vocab_size:
         raise ValueError(f"unigram_log_probs: id {len(counts) - 1} in the corpus is outside the vocabulary of {vocab_size}")
     smoothed = counts.astype(np.float64) + smoothing

@@ -21,6 +21,7 @@ import json
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def build_sequences(
     return sequences
 
 
-def corpus_embeddings(encoded: list[list[int]], vocab_size: int, dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
+def corpus_embeddings(encoded: Sequence[Sequence[int]], vocab_size: int, dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
     """PPMI + SVD word vectors over every encoded corpus document: (ids, vectors, metrics)."""
     start = time.perf_counter()
     docs = [np.asarray(ids, dtype=np.int64) for ids in encoded]
@@ -151,12 +152,13 @@ def run(
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
     init_metrics: dict = {}
-    if encoded is not None and cfg.embedding_init == "ppmi_svd":
-        ids, vectors, init_metrics = corpus_embeddings(encoded, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
+    docs = [np.asarray(ids, dtype=np.int64) for ids in encoded] if encoded is not None else []  # converted once, for both
+    if cfg.embedding_init == "ppmi_svd":
+        ids, vectors, init_metrics = corpus_embeddings(docs, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
         set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
-    if encoded is not None and cfg.mlm_bias_init == "unigram":  # the decoder starts at the unigram solution: nothing to gain by collapsing
+    if cfg.mlm_bias_init == "unigram":  # the decoder starts at the unigram solution: nothing to gain by collapsing
         with torch.no_grad():
-            model.head.bias.copy_(unigram_log_probs([np.asarray(d, dtype=np.int64) for d in encoded], model_cfg.vocab_size))
+            model.head.bias.copy_(unigram_log_probs(docs, model_cfg.vocab_size))
     model.to(world.device())  # this rank's GPU when there is one, else the CPU
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
