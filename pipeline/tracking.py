@@ -13,6 +13,7 @@ Default store: ``sqlite:///<project>/mlflow.db`` with artifacts in ``<project>/m
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -78,11 +79,16 @@ class MlflowTracker:
             mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
     def log_dataset(self, df: Any, name: str, source: str | os.PathLike[str], context: str, targets: str | None = "label") -> None:
-        """Record a pandas table as an MLflow dataset input (name, digest, schema, source)."""
+        """Record a pandas table as an MLflow dataset input (name, digest, schema, source).
+
+        MLflow cannot digest a table without rows (an empty transfer set, ``distill.transfer_set.rows:
+        0``), so an empty one gets a digest of its column names and is still recorded, with 0 rows.
+        """
+        digest = None if len(df) else hashlib.md5(("empty:" + ",".join(map(str, df.columns))).encode()).hexdigest()[:8]
         with warnings.catch_warnings():  # a local path matches two equivalent registered source types
             warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted in multiple ways")
             warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer column")
-            dataset = mlflow.data.from_pandas(df, source=str(Path(source).resolve()), name=name,
+            dataset = mlflow.data.from_pandas(df, source=str(Path(source).resolve()), name=name, digest=digest,
                                               targets=targets if targets in df.columns else None)
             mlflow.log_input(dataset, context=context)  # the schema is inferred (and warned about) here
 

@@ -1,11 +1,13 @@
 """MLflow tracking: one parent run per pipeline execution, one nested run per stage, provenance tags."""
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -21,6 +23,7 @@ from pipeline.tracking import (  # noqa: E402
     stage_durations,
     stage_run,
 )
+from pipeline.transfer_texts import load_transfer_split  # noqa: E402
 
 
 @pytest.fixture()
@@ -61,6 +64,25 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     local = tracking_backend == "sqlite"
     assert (store / "mlflow.db").is_file() == local and (store / "mlartifacts").is_dir() == local
     assert list(stage_durations(parent)) == ["finetune"]
+
+
+def test_an_empty_table_is_recorded_as_a_dataset_with_no_rows(store: Path) -> None:
+    """The IMDb profile distils with no transfer set (rows: 0): logging that table must not fail."""
+    params = Params()
+    pd.DataFrame({"text": pd.Series([], dtype=object)}).to_parquet(store / "texts.parquet")
+    empty = load_transfer_split(store / "texts.parquet")[["text"]]  # as the distill stage reads it: a str column
+    full = pd.DataFrame({"text": ["a fine film", "dull"], "label": [1, 0]})
+    with pipeline_run(params) as parent:
+        with stage_run("distill", params, ["distill"], []) as tracker:
+            tracker.log_dataset(empty, "transfer_set", store / "texts.parquet", context="training", targets=None)
+            tracker.log_dataset(full, "sst2_train", store / "sst2_train.parquet", context="training")
+    (child,) = children(parent)
+    assert child.info.status == "FINISHED"
+    inputs = {d.dataset.name: d.dataset for d in child.inputs.dataset_inputs}
+    assert set(inputs) == {"transfer_set", "sst2_train"}
+    assert json.loads(inputs["transfer_set"].profile)["num_rows"] == 0
+    assert json.loads(inputs["sst2_train"].profile)["num_rows"] == 2
+    assert inputs["transfer_set"].digest != inputs["sst2_train"].digest
 
 
 def test_failures_mark_runs_failed(store: Path) -> None:
