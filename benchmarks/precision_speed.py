@@ -3,9 +3,11 @@
 The default profile's encoder and batch shapes, on real text: fine-tuning steps on SST-2 training
 sentences (batch 32, up to 64 tokens) and IMDb reviews (batch 32 x 128, the IMDb phase), and MLM
 steps on corpus sequences (batch 64 x 128, 15 % masked), each through ``minibert.trainer.fit``
-with the pipeline's own step functions. bf16 autocast pays only where bf16 is native (AVX512-BF16,
-AMX, GPUs); elsewhere oneDNN emulates it. Prints a table of bf16 / fp32 ratios and writes
-``benchmarks/results/precision_speed.json``.
+with the pipeline's own step functions; distillation steps (the 2-layer student and the teacher's
+forward pass, batch 32 on SST-2); and the teacher's inference as the ``teacher_logits`` stage runs it
+(``predict_logits``, batches of 128, seconds a batch). bf16 autocast pays only where bf16 is native
+(AVX512-BF16, AMX, GPUs); elsewhere oneDNN emulates it. Prints a table of bf16 / fp32 ratios and
+writes ``benchmarks/results/precision_speed.json``.
 
     python benchmarks/precision_speed.py --data <run>/data/prepared --tokenizer <run>/models/tokenizer/tokenizer.json
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import time
 from datetime import date
 from pathlib import Path
 
@@ -24,6 +28,8 @@ from common import step_gaps
 from machine import describe
 
 from minibert.config import ClassifierConfig
+from minibert.distill import Distiller, init_student_from_teacher
+from minibert.inference import predict_logits
 from minibert.model import build_classifier, build_mlm
 from minibert.precision import cpu_has_native_bf16, resolve_precision
 from minibert.tokenizer import load_tokenizer
@@ -31,6 +37,7 @@ from minibert.train_config import LoopConfig
 from pipeline.io import read_table
 from pipeline.params import load_params
 from pipeline.stages import pretrain
+from pipeline.stages.distill import kd_step
 from pipeline.stages.finetune import classify_step, labelled_stream
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +46,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def step_seconds(model: torch.nn.Module, batches, loss_fn, optim, precision: str, steps: int) -> float:
     """Median seconds of ``steps`` timed steps, after one untimed warm-up step."""
     return float(np.median(step_gaps(model, batches, loss_fn, optim, LoopConfig(max_steps=steps + 1, precision=precision))))
+
+
+def inference_seconds(model: torch.nn.Module, sequences: list[list[int]], precision: str, batch_size: int = 128) -> float:
+    """Seconds a batch of ``predict_logits`` over ``sequences``, after one untimed warm-up batch."""
+    predict_logits(model.eval(), sequences[:batch_size], batch_size, precision=precision)
+    start = time.perf_counter()
+    predict_logits(model, sequences, batch_size, precision=precision)
+    return (time.perf_counter() - start) / -(-len(sequences) // batch_size)
 
 
 def main() -> None:
@@ -63,6 +78,8 @@ def main() -> None:
     cases = {
         "finetune SST-2, 32 x <= 64": ("classify", rows("sst2_train.parquet", 64)),
         "finetune IMDb, 32 x 128": ("classify", rows("imdb_train.parquet", 128)),
+        "distill SST-2, 32 x <= 64": ("distill", rows("sst2_train.parquet", 64)),
+        "teacher inference SST-2, 128 x <= 64": ("infer", rows("sst2_train.parquet", 64)),
     }
     corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()[:4000]
     pre = dataclasses.replace(params.pretrain, batch_size=64)
@@ -73,9 +90,22 @@ def main() -> None:
         row = {"case": name}
         for precision in ("fp32", "bf16"):
             torch.manual_seed(0)
+            if kind == "infer":
+                row[precision] = inference_seconds(build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling)),
+                                                   data[0], precision)
+                continue
             if kind == "classify":
                 model = build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling))
                 batches, loss_fn, optim = labelled_stream(data[0], data[1], 32, 0), classify_step, fine.optim
+            elif kind == "distill":
+                teacher = build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling)).eval()
+                student = build_classifier(params.student_config(tok.get_vocab_size()), ClassifierConfig(pooling=fine.pooling))
+                init_student_from_teacher(student, teacher)
+                model = Distiller(student, teacher, params.distill.hidden_weight, params.distill.attention_weight)
+                targets = np.concatenate([data[1][:, None], np.zeros((len(data[1]), 2))], axis=1).astype(np.float32)
+                dis = params.distill
+                batches, optim = labelled_stream(data[0], targets, dis.batch_size, 0), dis.optim
+                loss_fn = functools.partial(kd_step, temperature=dis.temperature, alpha=dis.alpha)
             else:
                 model = build_mlm(model_cfg)
                 batches, loss_fn, optim = pretrain.batch_stream(data, pre, model_cfg.vocab_size), pretrain.mlm_step, pre.optim
@@ -87,7 +117,7 @@ def main() -> None:
     record = {"date": date.today().isoformat(), **describe(), "native_bf16": cpu_has_native_bf16(),
               "auto_resolves_to": resolve_precision("auto", torch.device("cpu")), "threads": args.threads,
               "torch": torch.__version__, "steps": args.steps, "results": results}
-    print("| step | fp32 s | bf16 autocast s | bf16 / fp32 |\n|---|---|---|---|")
+    print("| step (inference: a batch) | fp32 s | bf16 autocast s | bf16 / fp32 |\n|---|---|---|---|")
     for row in results:
         print(f"| {row['case']} | {row['fp32']:.3f} | {row['bf16']:.3f} | {row['bf16_over_fp32']:.2f}x |")
     print(f"native bf16: {record['native_bf16']} ({record['cpu_capability']}); precision auto -> {record['auto_resolves_to']}")

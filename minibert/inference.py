@@ -2,7 +2,9 @@
 
 ``encode`` tokenizes with the ``tokenizers`` library (Rust, batched) and truncates to
 ``max_length``; ``predict_logits`` runs a classifier over length-sorted batches (so each batch
-is padded only to its own longest text) and returns logits in the original order.
+is padded only to its own longest text) and returns logits in the original order. ``precision``
+``bf16`` or ``auto`` runs the forward passes under bf16 autocast (``minibert.precision``): 2.2x
+faster for the mini teacher on a CPU with AVX512-BF16, logits within about 1e-2 of fp32.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from tokenizers import Tokenizer
 from torch import Tensor, nn
 
 from minibert.batching import batched_logits
+from minibert.precision import autocast, resolve_precision
 from minibert.tokenizer import CLS, SEP, encodable
 from minibert.windows import aggregate_windows, document_windows
 
@@ -59,15 +62,17 @@ def predict_logits(
     sequences: Sequence[Sequence[int]],
     batch_size: int,
     pad_id: int = 0,
+    precision: str = "fp32",
 ) -> np.ndarray:
-    """(N, L) float32 logits for N encoded sequences, in input order."""
+    """(N, L) float32 logits for N encoded sequences, in input order; ``precision``: fp32 | bf16 | auto."""
 
     device = next(model.parameters()).device if isinstance(model, nn.Module) else torch.device("cpu")
+    resolved = resolve_precision(precision, device)
 
     def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device)).float().cpu().numpy()
 
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(resolved, device):
         return batched_logits(run, sequences, batch_size, pad_id)
 
 
@@ -86,7 +91,8 @@ def predict_documents(
     batch_size: int,
     cls_id: int,
     sep_id: int,
+    precision: str = "fp32",
 ) -> np.ndarray:
     """(N, L) logits for N documents of any length: sliding windows, batched, then aggregated."""
     windows, counts = document_windows(documents, max_length, stride, cls_id, sep_id)
-    return aggregate_windows(predict_logits(model, windows, batch_size), counts, aggregate)
+    return aggregate_windows(predict_logits(model, windows, batch_size, precision=precision), counts, aggregate)

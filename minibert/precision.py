@@ -1,4 +1,4 @@
-"""Training precision: fp32, bf16 autocast, or ``auto`` (bf16 only where the hardware runs it natively).
+"""Training and inference precision: fp32, bf16 autocast, or ``auto`` (bf16 only where the hardware runs it natively).
 
 bf16 autocast pays only where bf16 arithmetic is native: CUDA GPUs from Ampere on, and CPUs with
 AVX512-BF16 or AMX. Elsewhere oneDNN emulates it: on a 2-core AMD EPYC (Zen 3, AVX2 only) a
@@ -10,6 +10,7 @@ on such a CPU is honoured, with a warning.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -49,3 +50,9 @@ def resolve_precision(requested: str, device: torch.device, native: bool | None 
                       "emulated and can be 25x slower than fp32 here; set precision: auto (or fp32) in params.yaml",
                       RuntimeWarning, stacklevel=2)
     return "bf16"
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on ``device`` for a resolved ``precision`` (``resolve_precision``); fp32: a no-op."""
+    dtype = PRECISIONS[precision]
+    return torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None)

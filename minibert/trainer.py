@@ -33,7 +33,7 @@ from torch.optim.lr_scheduler import (
 
 from minibert.distributed import World
 from minibert.files import ArtifactError, atomic_output
-from minibert.precision import PRECISIONS, resolve_precision
+from minibert.precision import autocast, resolve_precision
 from minibert.train_config import LoopConfig, OptimConfig
 from minibert.validation import ConfigError
 
@@ -216,7 +216,6 @@ def fit(
         tracker, hooks = NullTracker(), dataclasses.replace(hooks, progress=None)
     device = next(model.parameters()).device
     precision = resolve_precision(loop.precision, device)
-    autocast_dtype = PRECISIONS[precision]
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps)
     evals: list[tuple[int, dict[str, float]]] = []
@@ -273,7 +272,7 @@ def fit(
             last = micro == loop.accumulate - 1  # DDP averages gradients across ranks once, on the last micro-batch
             sync = trained.no_sync() if world.distributed and not last else contextlib.nullcontext()
             with sync:
-                with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+                with autocast(precision, device):
                     loss, n = loss_fn(trained, batch)
                 (loss / loop.accumulate).backward()
             if hooks.adversary is not None:

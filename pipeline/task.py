@@ -53,12 +53,13 @@ def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def document_logits(
-    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams, batch_size: int
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams, batch_size: int,
+    precision: str = "fp32",
 ) -> Callable[[list[list[int]]], np.ndarray]:
-    """Encoded documents -> (N, L) logits through the task's sliding windows."""
+    """Encoded documents -> (N, L) logits through the task's sliding windows (``precision``: fp32 | bf16 | auto)."""
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     return lambda docs: predict_documents(model, docs, task.max_length, task.stride, task.aggregate, batch_size,
-                                          cls_id, sep_id)
+                                          cls_id, sep_id, precision)
 
 
 def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams,

@@ -185,7 +185,8 @@ class SilentTracker(MlflowTracker):
 
 @contextlib.contextmanager
 def stage_run(stage: str, params: Params, sections: Sequence[str], inputs: Sequence[Path]) -> Iterator[MlflowTracker]:
-    """A nested run for one stage: flattened params of ``sections``, git commit, input digests.
+    """A nested run for one stage: flattened params of ``sections`` (top-level sections or dotted
+    keys, as the stage's ``params`` in dvc.yaml), git commit, input digests.
     Under torchrun only rank 0 opens it; the other ranks get a tracker that logs nothing."""
     if not World.from_env().main:
         yield SilentTracker()
@@ -206,7 +207,7 @@ def stage_run(stage: str, params: Params, sections: Sequence[str], inputs: Seque
         with mlflow.start_run(experiment_id=experiment_id, run_name=stage, tags={**tags, **digests}) as run:
             tracker = MlflowTracker(run.info.run_id, parent)
             full = flatten(params)
-            tracker.log_params({k: v for k, v in full.items() if k.split(".")[0] in sections})
+            tracker.log_params({k: v for k, v in full.items() if any(k == s or k.startswith(f"{s}.") for s in sections)})
             yield tracker
         status = "FINISHED"
     finally:

@@ -156,6 +156,31 @@ def test_document_prediction_aggregates_window_logits(aggregate: str) -> None:
         np.testing.assert_allclose(row, by_hand[aggregate](per_window), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_inference_runs_in_the_precision_asked_for(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    """``precision="auto"`` scores under bf16 autocast only where bf16 is native (the teacher_logits
+    stage and bf16 fine-tuning's validation); logits come back float32 and near the fp32 ones."""
+    from minibert import precision
+    from minibert.inference import predict_documents, predict_logits
+
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+    torch.manual_seed(0)
+    model = build_classifier(tiny(), ClassifierConfig()).eval()
+    seen: list[torch.dtype] = []
+    model.head.classifier.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    sequences = [torch.randint(5, V, (n,)).tolist() for n in (12, 5, 9, 16)]
+    fp32 = predict_logits(model, sequences, batch_size=2)
+    assert set(seen) == {torch.float32}
+    seen.clear()
+    auto = predict_logits(model, sequences, batch_size=2, precision="auto")
+    assert auto.dtype == np.float32 and set(seen) == {torch.bfloat16 if native else torch.float32}
+    np.testing.assert_allclose(auto, fp32, atol=0.05)
+    assert (auto != fp32).any() == native  # bf16 rounds: the same logits only when it fell back to fp32
+    seen.clear()
+    predict_documents(model, [sequences[0] * 3], 16, 7, "mean", 4, 2, 3, precision="auto")
+    assert set(seen) == {torch.bfloat16 if native else torch.float32}
+
+
 def test_gradient_checkpointing_gives_the_same_loss_and_gradients() -> None:
     from minibert.model import set_gradient_checkpointing
 

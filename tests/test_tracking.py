@@ -66,6 +66,19 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     assert list(stage_durations(parent)) == ["finetune"]
 
 
+def test_a_stage_logs_single_params_it_names_by_dotted_key(store: Path) -> None:
+    """teacher_logits reads one key of another section (``finetune.precision``), as its dvc.yaml entry
+    says: its run records that key and not the rest of the section."""
+    params = Params()
+    with pipeline_run(params) as parent:
+        with stage_run("teacher_logits", params, ["task", "finetune.precision"], []):
+            pass
+    (child,) = children(parent)
+    logged = set(child.data.params)
+    assert "finetune.precision" in logged and "task.max_length" in logged
+    assert not any(k.startswith("finetune.") and k != "finetune.precision" for k in logged)
+
+
 def test_an_empty_table_is_recorded_as_a_dataset_with_no_rows(store: Path) -> None:
     """The IMDb profile distils with no transfer set (rows: 0): logging that table must not fail."""
     params = Params()

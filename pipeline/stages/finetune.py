@@ -168,7 +168,7 @@ def transfer_phase(
     other = transfer_task(cfg.transfer, task)
     phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
-    model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other),
+    model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
                                       PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
@@ -178,10 +178,11 @@ def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | No
     return build_classifier(model_cfg, head, backbone=pretrained)
 
 
-def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> Validation:
-    """(model -> logits on ``df`` through the task's sliding windows, labels)."""
+def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: str = "fp32") -> Validation:
+    """(model -> logits on ``df`` through the task's sliding windows, labels); ``precision`` as the
+    training loop's, so that a bf16 run's validation passes inside its time budget run in bf16 too."""
     docs = encode_documents(tok, df["text"].tolist())
-    return (lambda m: document_logits(m, tok, task, batch_size=128)(docs)), df["label"].to_numpy()
+    return (lambda m: document_logits(m, tok, task, 128, precision)(docs)), df["label"].to_numpy()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         model = build(cfg, model_cfg, backbone).to(world.device())  # this rank's GPU when there is one
         recorder = RecordingTracker(tracker)
         model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world)
-        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task),
+        model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task, cfg.precision),
                                           recorder, world=world)
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
