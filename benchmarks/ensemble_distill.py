@@ -78,7 +78,7 @@ def main() -> None:
     oof_seconds = time.perf_counter() - start
     transfer_df = pd.DataFrame({"text": pd.Series(texts, dtype=str), "label": UNLABELLED})
     transfer, _, transfer_index = encode_train_indexed(tok, transfer_df, task)
-    transfer_teacher = score_teacher(teacher, transfer, "teacher logits, transfer set")
+    transfer_teacher = score_teacher(teacher, transfer, "teacher logits, transfer set", params.finetune.precision)
     val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
     y = scored["label"].to_numpy()
     rows = []
