@@ -68,18 +68,20 @@ def main() -> None:
     params = load_params(ROOT / "params.yaml")
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
-    fine = params.finetune
+    fine, dis = params.finetune, params.distill
+    head = ClassifierConfig(pooling=fine.pooling)  # every classifier here: the teacher's head, and the student's
 
     def rows(name: str, max_length: int) -> tuple[list[list[int]], np.ndarray]:
         table = read_table(args.data / name, ["text", "label"]).head(32 * (args.steps + 2) * 4)
         ids = [e.ids[:max_length] for e in tok.encode_batch(table["text"].tolist())]
         return ids, table["label"].to_numpy()
 
+    sst2 = rows("sst2_train.parquet", 64)
     cases = {
-        "finetune SST-2, 32 x <= 64": ("classify", rows("sst2_train.parquet", 64)),
+        "finetune SST-2, 32 x <= 64": ("classify", sst2),
         "finetune IMDb, 32 x 128": ("classify", rows("imdb_train.parquet", 128)),
-        "distill SST-2, 32 x <= 64": ("distill", rows("sst2_train.parquet", 64)),
-        "teacher inference SST-2, 128 x <= 64": ("infer", rows("sst2_train.parquet", 64)),
+        "distill SST-2, 32 x <= 64": ("distill", sst2),
+        "teacher inference SST-2, 128 x <= 64": ("infer", sst2),
     }
     corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()[:4000]
     pre = dataclasses.replace(params.pretrain, batch_size=64)
@@ -91,19 +93,17 @@ def main() -> None:
         for precision in ("fp32", "bf16"):
             torch.manual_seed(0)
             if kind == "infer":
-                row[precision] = inference_seconds(build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling)),
-                                                   data[0], precision)
+                row[precision] = inference_seconds(build_classifier(model_cfg, head), data[0], precision)
                 continue
             if kind == "classify":
-                model = build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling))
+                model = build_classifier(model_cfg, head)
                 batches, loss_fn, optim = labelled_stream(data[0], data[1], 32, 0), classify_step, fine.optim
             elif kind == "distill":
-                teacher = build_classifier(model_cfg, ClassifierConfig(pooling=fine.pooling)).eval()
-                student = build_classifier(params.student_config(tok.get_vocab_size()), ClassifierConfig(pooling=fine.pooling))
+                teacher = build_classifier(model_cfg, head).eval()
+                student = build_classifier(params.student_config(tok.get_vocab_size()), head)
                 init_student_from_teacher(student, teacher)
-                model = Distiller(student, teacher, params.distill.hidden_weight, params.distill.attention_weight)
+                model = Distiller(student, teacher, dis.hidden_weight, dis.attention_weight)
                 targets = np.concatenate([data[1][:, None], np.zeros((len(data[1]), 2))], axis=1).astype(np.float32)
-                dis = params.distill
                 batches, optim = labelled_stream(data[0], targets, dis.batch_size, 0), dis.optim
                 loss_fn = functools.partial(kd_step, temperature=dis.temperature, alpha=dis.alpha)
             else:
