@@ -1,4 +1,5 @@
-"""Where a result came from: the git commit and the DVC digests of the data it read.
+"""Where a result came from: the git commit, the DVC digests of the data it read, and the params
+its stage declares in dvc.yaml.
 
 DVC already hashes every tracked input: ``*.dvc`` files for raw data, ``dvc.lock`` for stage
 outputs. We read those records rather than re-hashing, so the digest MLflow shows is the one
@@ -13,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
+
+from minibert.validation import ConfigError
 
 # libyaml's loader when PyYAML has it: it reads dvc.lock in 12 ms instead of 120 ms, and every
 # stage reads it at start-up for its input digests.
@@ -75,3 +78,27 @@ def raw_data_digests(root: Path) -> dict[str, str]:
     """Digest of each raw dataset folder under ``root / data/raw`` (what ``dvc pull`` fetched)."""
     return {k: v for k, v in data_digests(sorted(root.glob("data/raw/*")), root).items()
             if not k.endswith(".dvc") and not k.endswith(".gitignore")}
+
+
+def declared_params(stage: str, root: Path) -> tuple[str, ...]:
+    """The params.yaml keys (sections or dotted keys) that ``stage`` declares in ``root/dvc.yaml``:
+    what DVC re-runs the stage for, and so what its MLflow run records. Entries naming another
+    params file (``- other.yaml: [...]``) are refused: the stages read params.yaml alone."""
+    path = root / "dvc.yaml"
+    try:
+        stages = (yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}).get("stages") or {}
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read it ({err.strerror}); stages run from the project root, "
+                          "where dvc.yaml declares each stage's params (or set DVC_ROOT to that folder)") from err
+    if stage not in stages:
+        raise ConfigError(f"{path}: no stage {stage!r} (stages: {sorted(stages)}); declare it there with the params it reads")
+    keys: list[str] = []
+    for entry in stages[stage].get("params") or []:
+        if isinstance(entry, dict) and set(entry) == {"params.yaml"}:
+            keys.extend(entry["params.yaml"] or [])
+        elif isinstance(entry, str):
+            keys.append(entry)
+        else:
+            raise ConfigError(f"{path}: stage {stage!r} params entry {entry!r}: name keys of params.yaml only "
+                              "(a section such as `finetune` or a dotted key such as `finetune.precision`)")
+    return tuple(keys)

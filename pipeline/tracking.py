@@ -27,7 +27,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from minibert.distributed import World
 from pipeline.io import DataError
 from pipeline.params import Params, flatten
-from pipeline.provenance import data_digests, git_commit, raw_data_digests
+from pipeline.provenance import data_digests, declared_params, git_commit, raw_data_digests
 
 # Our commands' stdout is theirs to print: against a tracking server MLflow would add a
 # "View run ... at: <url>" line to it whenever a run ends.
@@ -184,14 +184,15 @@ class SilentTracker(MlflowTracker):
 
 
 @contextlib.contextmanager
-def stage_run(stage: str, params: Params, sections: Sequence[str], inputs: Sequence[Path]) -> Iterator[MlflowTracker]:
-    """A nested run for one stage: flattened params of ``sections`` (top-level sections or dotted
-    keys, as the stage's ``params`` in dvc.yaml), git commit, input digests.
-    Under torchrun only rank 0 opens it; the other ranks get a tracker that logs nothing."""
+def stage_run(stage: str, params: Params, inputs: Sequence[Path]) -> Iterator[MlflowTracker]:
+    """A nested run for one stage: the flattened params the stage declares in dvc.yaml (sections or
+    dotted keys; one list, so the run records exactly what DVC re-runs the stage for), git commit,
+    input digests. Under torchrun only rank 0 opens it; the other ranks get a tracker that logs nothing."""
     if not World.from_env().main:
         yield SilentTracker()
         return
     root = project_root()
+    sections = declared_params(stage, root)
     experiment_id = configure(params.tracking.experiment, root)
     parent = os.environ.get(PARENT_ENV)
     launcher = None if parent else _launcher()

@@ -111,6 +111,7 @@ def stage_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, every in (("train", 100), ("test", 100), ("unsup", 200)):  # evenly spaced: both labels
         jsonl_gz(raw / "imdb" / f"{name}.jsonl.gz", read_jsonl_gz(SHARED / "imdb" / f"{name}.jsonl.gz", every))
     shutil.copy(ROOT / "profiles" / "tiny.yaml", root / "params.yaml")
+    shutil.copy(ROOT / "dvc.yaml", root / "dvc.yaml")  # each stage's run records the params it declares there
     for stage, args in (("prepare", ["--raw", raw, "--out", root / "data/prepared", "--metrics", root / "m/prepare.json",
                                      "--report", root / "reports/data.json"]),
                         ("tokenizer", ["--data", root / "data/prepared", "--out", root / "models/tokenizer.json",

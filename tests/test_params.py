@@ -1,6 +1,8 @@
 """params.yaml is read by one module that returns typed dataclasses and rejects what it does not know."""
 
 import ast
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,63 @@ def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str
     node[key] = value
     with pytest.raises(ConfigError, match=rf"params\.yaml: {message}"):
         load_params(write(tmp_path, raw))
+
+
+# Params methods a stage may call, and the part of params.yaml each reads.
+PARAMS_METHODS = {"model_config": "model", "student_config": "distill.student"}
+
+
+def params_reads(module: str) -> tuple[set[str], set[str]]:
+    """(dotted params.yaml keys or sections that ``module`` reads as ``params.<a>.<b>...``, names of the
+    functions from other modules it hands the whole ``params`` to)."""
+    tree = ast.parse((ROOT / "pipeline" / f"{module}.py").read_text())
+    local = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    reads, handed = set(), set()
+    chained = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and id(node) not in chained:  # the outermost attribute of a chain
+            names = []
+            inner: ast.expr = node
+            while isinstance(inner, ast.Attribute):
+                names.insert(0, inner.attr)
+                inner = inner.value
+            if not (isinstance(inner, ast.Name) and inner.id == "params"):
+                continue
+            owner, path = Params, []
+            for name in names:
+                if name in PARAMS_METHODS and owner is Params:
+                    path = PARAMS_METHODS[name].split(".")
+                    break
+                fields = typing.get_type_hints(owner)
+                if name not in fields:
+                    break  # a method of the value: the path so far is what is read
+                path.append(name)
+                owner = fields[name]
+                if not dataclasses.is_dataclass(owner):
+                    break
+            reads.add(".".join(path))
+        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "params" for a in node.args):
+            func = node.args[0] if ast.unparse(node.func) in ("partial", "functools.partial") else node.func
+            callee = ast.unparse(func)
+            if callee not in local:
+                handed.add(callee)
+    return reads, handed
+
+
+def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
+    """A stage reading a key dvc.yaml does not declare would not rerun when that key changes (and its
+    MLflow run, which records the declared keys, would not show it)."""
+    from pipeline.model_card import CARD_SECTIONS
+
+    whole = {"stage_run": (), "card_blocks": CARD_SECTIONS}  # what the helpers a stage hands `params` to read
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert params_reads("stages/distill")[0] >= {"task", "distill", "distill.student", "distill.ensemble.baseline_share"}
+    for name, stage in stages.items():
+        declared = stage.get("params", [])
+        reads, handed = params_reads(f"stages/{name}")
+        unknown = handed - set(whole)
+        assert not unknown, f"stage {name!r} hands the whole params to {sorted(unknown)}: read the keys it needs there"
+        reads |= {section for callee in handed for section in whole[callee]}
+        assert "" not in reads, f"stage {name!r} reads params as a whole"
+        missing = {key for key in reads if not any(key == d or key.startswith(f"{d}.") for d in declared)}
+        assert not missing, f"dvc.yaml stage {name!r} reads {sorted(missing)} without declaring them under params:"

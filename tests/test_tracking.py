@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,8 @@ import yaml
 mlflow = pytest.importorskip("mlflow")
 from mlflow import MlflowClient  # noqa: E402
 
-from pipeline.params import Params  # noqa: E402
+from minibert.validation import ConfigError  # noqa: E402
+from pipeline.params import Params, flatten  # noqa: E402
 from pipeline.provenance import data_digests  # noqa: E402
 from pipeline.tracking import (  # noqa: E402
     PARENT_ENV,
@@ -25,11 +27,15 @@ from pipeline.tracking import (  # noqa: E402
 )
 from pipeline.transfer_texts import load_transfer_split  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 @pytest.fixture()
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: str) -> Path:
-    """A project folder; runs go to its sqlite file, or to the PostgreSQL-backed server."""
+    """A project folder with the project's dvc.yaml; runs go to its sqlite file, or to the
+    PostgreSQL-backed server."""
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
     monkeypatch.delenv(PARENT_ENV, raising=False)
     return tmp_path
 
@@ -46,7 +52,7 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     data.write_text("some data")
     with pipeline_run(params) as parent:
         assert os.environ[PARENT_ENV] == parent
-        with stage_run("finetune", params, ["finetune"], [data]) as tracker:
+        with stage_run("finetune", params, [data]) as tracker:
             tracker.log_metrics({"val_accuracy": 0.5}, step=3)
             tracker.log_artifact(data)
     assert PARENT_ENV not in os.environ
@@ -55,7 +61,7 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     assert client.get_run(parent).data.params["finetune.optim.lr"] == "0.0001"
     (child,) = children(parent)
     assert child.data.tags[STAGE_TAG] == "finetune"
-    assert set(child.data.params) == {k for k in child.data.params if k.startswith("finetune.")}
+    assert {k.split(".")[0] for k in child.data.params} == {"task", "model", "finetune"}  # its dvc.yaml params
     assert "finetune.optim.lr" in child.data.params and "pretrain.max_steps" not in child.data.params
     assert child.data.tags["input_digest.input.txt"].startswith("local-md5:")
     assert child.data.tags["git_commit"] == "unknown"  # tmp_path is no git repository
@@ -71,12 +77,42 @@ def test_a_stage_logs_single_params_it_names_by_dotted_key(store: Path) -> None:
     says: its run records that key and not the rest of the section."""
     params = Params()
     with pipeline_run(params) as parent:
-        with stage_run("teacher_logits", params, ["task", "finetune.precision"], []):
+        with stage_run("teacher_logits", params, []):
             pass
     (child,) = children(parent)
     logged = set(child.data.params)
     assert "finetune.precision" in logged and "task.max_length" in logged
     assert not any(k.startswith("finetune.") and k != "finetune.precision" for k in logged)
+
+
+def test_a_stage_logs_exactly_the_params_its_dvc_yaml_entry_declares(store: Path) -> None:
+    """One list: the keys DVC reruns a stage for are the keys its run records, whatever dvc.yaml says."""
+    (store / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"probe": {"cmd": "true", "params": [
+        "distill.ensemble", {"params.yaml": ["task.max_length"]}]}}}))
+    params = Params()
+    with pipeline_run(params) as parent:
+        with stage_run("probe", params, []):
+            pass
+    (child,) = children(parent)
+    expected = {k for k in flatten(params) if k.startswith("distill.ensemble.")} | {"task.max_length"}
+    assert set(child.data.params) == expected and len(expected) > 2
+
+
+@pytest.mark.parametrize(("dvc_yaml", "message"), [
+    (None, "dvc.yaml: cannot read it"),
+    ({"stages": {"prepare": {"cmd": "true", "params": ["prepare"]}}}, "no stage 'probe'"),
+    ({"stages": {"probe": {"cmd": "true", "params": [{"other.yaml": ["lr"]}]}}}, "name keys of params.yaml only"),
+])
+def test_a_stage_dvc_yaml_does_not_declare_is_refused_before_any_run_opens(store: Path, dvc_yaml: dict | None,
+                                                                          message: str) -> None:
+    (store / "dvc.yaml").unlink()
+    if dvc_yaml is not None:
+        (store / "dvc.yaml").write_text(yaml.safe_dump(dvc_yaml))
+    with pipeline_run(Params()) as parent:
+        with pytest.raises(ConfigError, match=message):
+            with stage_run("probe", Params(), []):
+                pass
+    assert children(parent) == []
 
 
 def test_an_empty_table_is_recorded_as_a_dataset_with_no_rows(store: Path) -> None:
@@ -86,7 +122,7 @@ def test_an_empty_table_is_recorded_as_a_dataset_with_no_rows(store: Path) -> No
     empty = load_transfer_split(store / "texts.parquet")[["text"]]  # as the distill stage reads it: a str column
     full = pd.DataFrame({"text": ["a fine film", "dull"], "label": [1, 0]})
     with pipeline_run(params) as parent:
-        with stage_run("distill", params, ["distill"], []) as tracker:
+        with stage_run("distill", params, []) as tracker:
             tracker.log_dataset(empty, "transfer_set", store / "texts.parquet", context="training", targets=None)
             tracker.log_dataset(full, "sst2_train", store / "sst2_train.parquet", context="training")
     (child,) = children(parent)
@@ -102,7 +138,7 @@ def test_failures_mark_runs_failed(store: Path) -> None:
     params = Params()
     with pytest.raises(RuntimeError, match="boom"):
         with pipeline_run(params) as parent:
-            with stage_run("pretrain", params, ["pretrain"], []):
+            with stage_run("pretrain", params, []):
                 raise RuntimeError("boom")
     client = MlflowClient()
     assert client.get_run(parent).info.status == "FAILED"
@@ -127,7 +163,7 @@ def test_stages_launched_by_one_dvc_process_share_a_parent(store: Path, tmp_path
         import sys
         from pipeline.params import Params
         from pipeline.tracking import stage_run
-        with stage_run(sys.argv[1], Params(), ["prepare"], []) as t:
+        with stage_run(sys.argv[1], Params(), []) as t:
             t.log_metrics({"ok": 1.0})
     """)
     script = tmp_path / "stage.py"

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
     train_path, val_path = split_path(args.data, params.task, "train"), split_path(args.data, params.task, "val")
-    with stage_run("baseline", params, ["task", "baseline"], [train_path, val_path]) as tracker:
+    with stage_run("baseline", params, [train_path, val_path]) as tracker:
         train, val = load_split(args.data, params.task, "train"), load_split(args.data, params.task, "val")
         tracker.log_dataset(train, train_path.stem, train_path, context="training")
         model, metrics = run(params.baseline, train, val)

@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     extra_task = None if ensemble.extra_task == "none" else dataclasses.replace(task, name=ensemble.extra_task)
     if extra_task is not None:
         paths.append(split_path(args.data, extra_task, "train"))
-    with stage_run("baseline_oof", params, ["task", "baseline", "distill"], paths) as tracker:
+    with stage_run("baseline_oof", params, paths) as tracker:
         train = load_split(args.data, task, "train")
         extra = None if extra_task is None else load_split(args.data, extra_task, "train")
         transfer = read_table(args.transfer, ["text"])["text"].tolist()

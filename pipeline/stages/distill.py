@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof]
-    with stage_run("distill", params, ["task", "distill"], inputs) as tracker:
+    with stage_run("distill", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, head_cfg = load_model(args.teacher)

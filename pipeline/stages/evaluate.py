@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg, task = params.evaluate, params.task
     test_path = split_path(args.data, task, "test")
     inputs = [test_path, args.tokenizer, args.baseline, args.teacher, args.student, args.int8, args.onnx, args.onnx_int8]
-    with stage_run("evaluate", params, ["task", "evaluate"], inputs) as tracker:
+    with stage_run("evaluate", params, inputs) as tracker:
         test = load_split(args.data, task, "test")
         tracker.log_dataset(test, test_path.stem, test_path, context="evaluation")
         tok = load_tokenizer(args.tokenizer)

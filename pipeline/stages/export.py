@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg, task = params.export, params.task
     test_path = split_path(args.data, task, "test")
-    with stage_run("export", params, ["task", "export"], [args.student, test_path, args.tokenizer]) as tracker:
+    with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
         student, model_cfg, _ = load_model(args.student)

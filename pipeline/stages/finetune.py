@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     transfer = transfer_splits(cfg, task, args.data)
     inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
-    with stage_run("finetune", params, ["model", "task", "finetune"], inputs) as tracker:
+    with stage_run("finetune", params, inputs) as tracker:
         torch.manual_seed(cfg.seed)
         tok = load_tokenizer(args.tokenizer)
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
 
-    with stage_run("prepare", params, ["prepare"], [args.raw / "sst2", args.raw / "imdb"]) as tracker:
+    with stage_run("prepare", params, [args.raw / "sst2", args.raw / "imdb"]) as tracker:
         tables, report = run(params.prepare, args.raw / "sst2", args.raw / "imdb")
         with atomic_path(args.out) as tmp:
             tmp.mkdir()

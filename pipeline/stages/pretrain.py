@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     world.init()
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
-    with stage_run("pretrain", params, ["model", "pretrain"], [args.corpus, args.tokenizer]) as tracker:
+    with stage_run("pretrain", params, [args.corpus, args.tokenizer]) as tracker:
         corpus = read_table(args.corpus, ["text"])
         tracker.log_dataset(corpus, "corpus", args.corpus, context="pretraining", targets=None)
         fingerprint = json.dumps({"params": flatten({"model": params.model, "pretrain": params.pretrain}),

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = params.quantize
     val_path = split_path(args.data, params.task, "val")
     inputs = [args.student, args.fused, val_path, args.tokenizer]
-    with stage_run("quantize", params, ["task", "quantize", "export"], inputs) as tracker:
+    with stage_run("quantize", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
         student, _, _ = load_model(args.student)

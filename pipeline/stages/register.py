@@ -22,7 +22,7 @@ import pandas as pd
 
 from pipeline.document import to_markdown
 from pipeline.io import DataError, atomic_path, read_json, write_json
-from pipeline.model_card import CARD_SECTIONS, DEPLOYED, card_blocks
+from pipeline.model_card import DEPLOYED, card_blocks
 from pipeline.params import Params, load_params
 from pipeline.provenance import git_commit, raw_data_digests
 from pipeline.tracking import (
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
             f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
         )
     inputs = [args.onnx, args.tokenizer, args.evaluation, args.data_report]
-    with stage_run("register", params, ["register", "task", "evaluate", *CARD_SECTIONS], inputs) as tracker:
+    with stage_run("register", params, inputs) as tracker:
         root = project_root()
         sha, dirty = git_commit(root)
         provenance = {"git commit": sha + (" (uncommitted changes)" if dirty else ""), "pipeline run": tracker.parent_id or "",

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         raise FileNotFoundError(f"{args.metrics_dir / 'evaluate.json'} not found; run `dvc repro evaluate` first")
     test_path = split_path(args.data, params.task, "test")
     inputs = [args.metrics_dir / f"{name}.json" for name in stages] + [args.predictions, args.heads, test_path]
-    with stage_run("report", params, ["task", "evaluate", "report"], inputs) as tracker:
+    with stage_run("report", params, inputs) as tracker:
         sha, dirty = git_commit(project_root())
         predictions = pd.read_csv(args.predictions)
         blocks = build(params, stages, read_json(args.data_report), load_split(args.data, params.task, "test"),

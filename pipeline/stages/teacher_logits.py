@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     task = params.task
     train_path = split_path(args.data, task, "train")
     inputs = [train_path, args.transfer, args.tokenizer, args.teacher]
-    with stage_run("teacher_logits", params, ["task", "finetune.precision"], inputs) as tracker:
+    with stage_run("teacher_logits", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)

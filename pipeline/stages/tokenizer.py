@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
 
     corpus_path, dev_path = args.data / "corpus.parquet", args.data / "sst2_dev.parquet"
-    with stage_run("tokenizer", params, ["tokenizer"], [args.data]) as tracker:
+    with stage_run("tokenizer", params, [args.data]) as tracker:
         corpus = read_table(corpus_path, ["text"])
         dev = read_table(dev_path, ["text", "label"])
         tracker.log_dataset(corpus, "corpus", corpus_path, context="tokenizer_training", targets=None)

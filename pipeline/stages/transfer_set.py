@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg = params.distill.transfer_set
-    with stage_run("transfer_set", params, ["distill"], [args.data / CORPUS]) as tracker:
+    with stage_run("transfer_set", params, [args.data / CORPUS]) as tracker:
         corpus = read_table(args.data / CORPUS, ["text"])["text"].tolist()
         texts = transfer_texts(corpus, labelled_texts(args.data), cfg)
         if 0 < len(texts) < cfg.rows:
