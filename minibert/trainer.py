@@ -180,6 +180,20 @@ class Checkpointer:
         self.path.unlink(missing_ok=True)
 
 
+def _rng_state(device: torch.device) -> dict[str, Tensor]:
+    """The generators a step draws from: the CPU one (data, masking) and, on a GPU, its own (dropout)."""
+    state = {"torch_rng": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict[str, Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["torch_rng"])
+    if device.type == "cuda" and "cuda_rng" in state:
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+
+
 def _to(batch: tuple[Tensor, ...], device: torch.device) -> tuple[Tensor, ...]:
     return tuple(t.to(device, non_blocking=True) for t in batch)
 
@@ -236,7 +250,7 @@ def fit(
             raise ArtifactError(f"{checkpointer.path} was written by a run of {len(per_rank)} process(es), this one has "
                                 f"{world.size}; resume with as many, or delete it to start over")
         batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
-        torch.set_rng_state(per_rank[world.rank]["torch_rng"])
+        _set_rng_state(per_rank[world.rank], device)
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
         for at, metrics in saved["logged"]:
             log(metrics, at)
@@ -305,7 +319,7 @@ def fit(
             stopped_by = "hook"
             break
         if checkpointer is not None and loop.checkpoint_every and step % loop.checkpoint_every == 0 and step < loop.max_steps:
-            per_rank = world.gather({"batches": batches.state_dict(), "torch_rng": torch.get_rng_state()})  # type: ignore[attr-defined]
+            per_rank = world.gather({"batches": batches.state_dict(), **_rng_state(device)})  # type: ignore[attr-defined]
             if world.main:
                 checkpointer.save({
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),

@@ -73,7 +73,11 @@ def read_table(path: str | os.PathLike[str], columns: Sequence[str]) -> pd.DataF
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run the stage that writes it first (dvc repro)")
-    df = pd.read_parquet(path)
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid / ArrowIOError derive from these
+        raise DataError(f"{path}: not a readable parquet table ({err}); delete it and rerun the stage that "
+                        "writes it (dvc repro)") from err
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {missing}; found {list(df.columns)}; rerun `dvc repro prepare`")

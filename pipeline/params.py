@@ -39,6 +39,10 @@ class PrepareParams:
     corpus_max_docs: int | None = None  # IMDb unlabeled reviews in the pretraining corpus; None = all
     min_chars: int = 2  # texts shorter than this after normalisation are dropped
 
+    def __post_init__(self) -> None:
+        check_ranges("prepare", self, {"val_fraction": "(0, 1)", "max_train_rows": ">= 1", "max_dev_rows": ">= 1",
+                                       "corpus_max_docs": ">= 1", "min_chars": ">= 0"})
+
 RULES: dict[str, tuple[Any, str]] = {
     "> 0": (lambda v: v > 0, "> 0"),
     ">= 0": (lambda v: v >= 0, ">= 0"),
@@ -64,9 +68,6 @@ def check_window(section: str, cfg: Any) -> None:
     """Sliding windows need room for [CLS] x [SEP] and a step no longer than a window's body."""
     if cfg.max_length < 3 or not 0 < cfg.stride <= cfg.max_length - 2:
         raise ConfigError(f"{section}: need max_length >= 3 and 0 < stride <= max_length - 2; got {cfg}")
-
-    def __post_init__(self) -> None:
-        check_ranges("prepare", self, {"val_fraction": "(0, 1)", "max_train_rows": ">= 1", "max_dev_rows": ">= 1", "corpus_max_docs": ">= 1", "min_chars": ">= 0"})
 
 
 @dataclass(frozen=True)
@@ -364,8 +365,16 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
                 raise ConfigError(f"{key}: {other!r} is the profile's own task (task.name); "
                                   "choose another labelled task or 'none'")
         # The model sections are free-form dicts until a vocabulary is known: validate them now.
-        params.model_config(vocab_size=30000)
-        params.student_config(vocab_size=30000)
+        teacher, student = params.model_config(vocab_size=30000), params.student_config(vocab_size=30000)
+        lengths = [("task.max_length", params.task.max_length, "model", teacher),
+                   ("task.max_length", params.task.max_length, "distill.student", student),
+                   ("pretrain.max_length", params.pretrain.max_length, "model", teacher)]
+        if params.finetune.transfer.task != "none":
+            lengths.append(("finetune.transfer.max_length", params.finetune.transfer.max_length, "model", teacher))
+        for key, length, section, cfg in lengths:
+            if length > cfg.max_positions:
+                raise ConfigError(f"{key}: {length} tokens do not fit {section}'s max_positions ({cfg.max_positions}); "
+                                  f"lower {key} or raise {section}.max_positions")
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
     return params

@@ -9,13 +9,16 @@ outputs. We read those records rather than re-hashing, so the digest MLflow show
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from minibert.validation import ConfigError
+from pipeline.params import Params, flatten
 
 # libyaml's loader when PyYAML has it: it reads dvc.lock in 12 ms instead of 120 ms, and every
 # stage reads it at start-up for its input digests.
@@ -50,9 +53,14 @@ def _dvc_records(root: Path) -> dict[str, str]:
     return records
 
 
+def _byte_code(path: Path) -> bool:
+    """Python's __pycache__ files, which .dvcignore keeps out of DVC's hashes too."""
+    return path.suffix == ".pyc" or "__pycache__" in path.parts
+
+
 def _local_md5(path: Path) -> str:
     digest = hashlib.md5()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not _byte_code(p)) if path.is_dir() else [path]
     for file in files:
         digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
         with open(file, "rb") as f:
@@ -80,10 +88,7 @@ def raw_data_digests(root: Path) -> dict[str, str]:
             if not k.endswith(".dvc") and not k.endswith(".gitignore")}
 
 
-def declared_params(stage: str, root: Path) -> tuple[str, ...]:
-    """The params.yaml keys (sections or dotted keys) that ``stage`` declares in ``root/dvc.yaml``:
-    what DVC re-runs the stage for, and so what its MLflow run records. Entries naming another
-    params file (``- other.yaml: [...]``) are refused: the stages read params.yaml alone."""
+def _dvc_stage(stage: str, root: Path) -> dict:
     path = root / "dvc.yaml"
     try:
         stages = (yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}).get("stages") or {}
@@ -92,13 +97,37 @@ def declared_params(stage: str, root: Path) -> tuple[str, ...]:
                           "where dvc.yaml declares each stage's params (or set DVC_ROOT to that folder)") from err
     if stage not in stages:
         raise ConfigError(f"{path}: no stage {stage!r} (stages: {sorted(stages)}); declare it there with the params it reads")
+    return stages[stage]
+
+
+def declared_params(stage: str, root: Path) -> tuple[str, ...]:
+    """The params.yaml keys (sections or dotted keys) that ``stage`` declares in ``root/dvc.yaml``:
+    what DVC re-runs the stage for, and so what its MLflow run records. Entries naming another
+    params file (``- other.yaml: [...]``) are refused: the stages read params.yaml alone."""
     keys: list[str] = []
-    for entry in stages[stage].get("params") or []:
+    for entry in _dvc_stage(stage, root).get("params") or []:
         if isinstance(entry, dict) and set(entry) == {"params.yaml"}:
             keys.extend(entry["params.yaml"] or [])
         elif isinstance(entry, str):
             keys.append(entry)
         else:
-            raise ConfigError(f"{path}: stage {stage!r} params entry {entry!r}: name keys of params.yaml only "
-                              "(a section such as `finetune` or a dotted key such as `finetune.precision`)")
+            raise ConfigError(f"{root / 'dvc.yaml'}: stage {stage!r} params entry {entry!r}: name keys of params.yaml "
+                              "only (a section such as `finetune` or a dotted key such as `finetune.precision`)")
     return tuple(keys)
+
+
+def declared_param_values(stage: str, params: Params, root: Path) -> dict[str, Any]:
+    """{flattened key: value} of the params ``stage`` declares in dvc.yaml."""
+    keys = declared_params(stage, root)
+    return {k: v for k, v in flatten(params).items() if any(k == s or k.startswith(f"{s}.") for s in keys)}
+
+
+def resume_fingerprint(stage: str, params: Params, inputs: list[Path], root: Path) -> str:
+    """What a killed run's checkpoint must match to be resumed: the stage's declared params and the
+    content of its inputs and of every dependency dvc.yaml lists for it (its code too), hashed from
+    the files themselves (a record in dvc.lock may be stale when a file was rebuilt by hand)."""
+    deps = [root / d for d in _dvc_stage(stage, root).get("deps") or [] if isinstance(d, str) and "${" not in d]
+    files = {os.path.normpath(os.path.relpath(Path(p).resolve(), root.resolve())): Path(p) for p in [*inputs, *deps]}
+    content = {rel: _local_md5(path) for rel, path in sorted(files.items()) if path.exists()}
+    record = {"params": declared_param_values(stage, params, root), "content": content}
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,7 +1,9 @@
 """The deployable sentiment model as an MLflow pyfunc (models-from-code).
 
 MLflow copies this file into the logged model, so it imports only what the serving
-environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch. It reads
+environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch. For the
+same reason it is the one module besides ``pipeline.tracking`` that imports mlflow (for
+``PythonModel``): it cannot import the project's tracking module where it is served. It reads
 texts of any length as the evaluate stage does: sliding windows of ``max_length`` tokens every
 ``stride`` tokens (the rule of ``minibert.windows.sliding_windows``; tests/test_serving.py
 checks the two agree), window logits combined by ``aggregate`` (mean, max or first).

@@ -8,6 +8,7 @@ refused instead of silently misaligned. Torch-free: the TF-IDF stage never loads
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +33,7 @@ def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits", c
     try:
         with np.load(path) as data:
             logits, stored = data["logits"], data["labels"]
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise DataError(f"{path}: not a {stage} file ({err}); delete it and rerun `dvc repro {stage}`") from err
     if logits.ndim != 2 or len(logits) != len(labels) or not np.array_equal(stored, labels):
         raise DataError(f"{path}: {len(logits)} rows do not match the {len(labels)} training rows in use "

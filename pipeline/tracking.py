@@ -27,7 +27,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from minibert.distributed import World
 from pipeline.io import DataError
 from pipeline.params import Params, flatten
-from pipeline.provenance import data_digests, declared_params, git_commit, raw_data_digests
+from pipeline.provenance import data_digests, declared_param_values, git_commit, raw_data_digests
 
 # Our commands' stdout is theirs to print: against a tracking server MLflow would add a
 # "View run ... at: <url>" line to it whenever a run ends.
@@ -192,7 +192,7 @@ def stage_run(stage: str, params: Params, inputs: Sequence[Path]) -> Iterator[Ml
         yield SilentTracker()
         return
     root = project_root()
-    sections = declared_params(stage, root)
+    declared = declared_param_values(stage, params, root)
     experiment_id = configure(params.tracking.experiment, root)
     parent = os.environ.get(PARENT_ENV)
     launcher = None if parent else _launcher()
@@ -207,8 +207,7 @@ def stage_run(stage: str, params: Params, inputs: Sequence[Path]) -> Iterator[Ml
     try:
         with mlflow.start_run(experiment_id=experiment_id, run_name=stage, tags={**tags, **digests}) as run:
             tracker = MlflowTracker(run.info.run_id, parent)
-            full = flatten(params)
-            tracker.log_params({k: v for k, v in full.items() if any(k == s or k.startswith(f"{s}.") for s in sections)})
+            tracker.log_params(declared)
             yield tracker
         status = "FINISHED"
     finally:

@@ -88,6 +88,8 @@ IMDB_CASES = {
                     r"train\.jsonl\.gz, line 3: need a string 'text' and a 'label' in \[0, 1\]; got \['label', 'review'\]"),
     "label outside 0/1": (lambda rows: rows[:1] + [{"text": "fine", "label": 7}], r"train\.jsonl\.gz, line 2: need a string"),
     "whitespace-only text": (lambda rows: rows[:1] + [{"text": " \n ", "label": 1}], r"line 2: the text is empty"),
+    "lone surrogate": (lambda rows: rows[:1] + [{"text": "bad \ud800 film", "label": 1}],
+                       r"line 2: the text holds a lone UTF-16 surrogate '\\ud800' at character 5, which is no character"),
 }
 
 
@@ -174,6 +176,17 @@ def test_a_truncated_resume_checkpoint_is_refused(project: Path, tmp_path: Path)
     assert_refused(out, r"resume\.pt: the resume checkpoint is unreadable .*; delete it to train this stage from step 0",
                    tmp_path / "out")
     assert last_run_status(project, "pretrain") == "FAILED"
+
+
+def test_a_damaged_prepared_table_is_refused_naming_it(project: Path, tmp_path: Path) -> None:
+    data = tmp_path / "prepared"
+    shutil.copytree(project / "data" / "prepared", data)
+    corpus = data / "corpus.parquet"
+    corpus.write_bytes(corpus.read_bytes()[: corpus.stat().st_size // 2])
+    out = run_stage(project, "tokenizer", "--data", data, "--out", tmp_path / "out" / "tokenizer.json",
+                    "--metrics", tmp_path / "out" / "tokenizer.json.metrics")
+    assert_refused(out, r"corpus\.parquet: not a readable parquet table .*; delete it and rerun", tmp_path / "out")
+    assert last_run_status(project, "tokenizer") == "FAILED"
 
 
 def test_a_tokenizer_that_does_not_match_the_model_is_refused(project: Path, tmp_path: Path) -> None:

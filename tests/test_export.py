@@ -204,3 +204,26 @@ def test_parity_sample_spreads_evenly_and_keeps_small_splits_whole() -> None:
     sample = parity_sample(windows, 4)
     assert sample == [[0], [3333], [6666], [9999]], "first, last and evenly between: every length bucket is seen"
     assert parity_sample(windows[:872], 4096) == windows[:872] and parity_sample(windows, None) == windows
+
+
+def test_a_refused_graph_leaves_both_previous_graphs_in_place(tmp_path: Path) -> None:
+    """The export stage writes two graphs; the second failing its parity check must not leave a new
+    portable graph beside the old fused one (nor any candidate file)."""
+    from pipeline.io import StageError
+    from pipeline.stages.export import verified_exports
+
+    portable, fused = tmp_path / "student.onnx", tmp_path / "student_fused.onnx"
+    portable.write_text("old portable")
+    fused.write_text("old fused")
+
+    def refuse(path: Path) -> dict[str, float]:
+        raise StageError(f"{path.name}: parity 0.5 above export.parity_atol")
+
+    with pytest.raises(StageError, match="parity"):
+        verified_exports([(portable, lambda p: p.write_text("new portable"), lambda p: {"max_abs_diff": 0.0}),
+                          (fused, lambda p: p.write_text("new fused"), refuse)])
+    assert portable.read_text() == "old portable" and fused.read_text() == "old fused"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["student.onnx", "student_fused.onnx"]
+    metrics = verified_exports([(portable, lambda p: p.write_text("new portable"), lambda p: {"a": 1.0}),
+                                (fused, lambda p: p.write_text("new fused"), lambda p: {"b": 2.0})])
+    assert metrics == {"a": 1.0, "b": 2.0} and fused.read_text() == "new fused" and portable.read_text() == "new portable"

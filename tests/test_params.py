@@ -114,7 +114,7 @@ def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
 # Plumbing a stage imports without listing it: changing how files are written, params read, runs
 # tracked or progress shown must not rerun the pipeline. Any other pipeline module a stage imports
 # decides what it computes, so it belongs in the stage's deps.
-PLUMBING = {"io", "params", "runner", "tracking", "provenance", "progress", "curves", "metrics", "stages/common"}
+PLUMBING = {"io", "params", "runner", "tracking", "provenance", "progress", "curves", "stages/common"}
 
 
 def pipeline_imports(module: str, seen: set[str] | None = None) -> set[str]:
@@ -176,6 +176,8 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("distill.transfer_set", "rows", -1, r"distill\.transfer_set\.rows: -1 is out of range; expected >= 0"),
     ("distill.transfer_set", "max_words", 3, r"distill\.transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
     ("distill.transfer_set", "unit", "paragraph", r"distill\.transfer_set\.unit"),
+    ("prepare", "val_fraction", 1.0, r"prepare\.val_fraction: 1\.0 is out of range; expected in \(0, 1\)"),
+    ("prepare", "max_train_rows", 0, r"prepare\.max_train_rows: 0 is out of range; expected >= 1"),
 ])
 def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str, value: object, message: str) -> None:
     raw = base()
@@ -233,7 +235,8 @@ def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
     MLflow run, which records the declared keys, would not show it)."""
     from pipeline.model_card import CARD_SECTIONS
 
-    whole = {"stage_run": (), "card_blocks": CARD_SECTIONS}  # what the helpers a stage hands `params` to read
+    # what the helpers a stage hands `params` to read: stage_run and resume_fingerprint read the declared keys
+    whole = {"stage_run": (), "resume_fingerprint": (), "card_blocks": CARD_SECTIONS}
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert params_reads("stages/distill")[0] >= {"task", "distill", "distill.student", "distill.ensemble.baseline_share"}
     for name, stage in stages.items():
@@ -245,3 +248,19 @@ def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
         assert "" not in reads, f"stage {name!r} reads params as a whole"
         missing = {key for key in reads if not any(key == d or key.startswith(f"{d}.") for d in declared)}
         assert not missing, f"dvc.yaml stage {name!r} reads {sorted(missing)} without declaring them under params:"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda raw: raw["distill"]["student"].update(max_positions=32),
+     r"task\.max_length: 64 tokens do not fit distill\.student's max_positions \(32\)"),
+    (lambda raw: raw["model"].update(max_positions=100),
+     r"pretrain\.max_length: 128 tokens do not fit model's max_positions \(100\)"),
+    (lambda raw: (raw["model"].update(max_positions=128), raw["finetune"]["transfer"].update(max_length=256)),
+     r"finetune\.transfer\.max_length: 256 tokens do not fit model's max_positions \(128\)"),
+])
+def test_sequence_lengths_must_fit_the_position_tables(tmp_path: Path, edit, message: str) -> None:
+    """Caught when params are read, not by a tensor-size error after the stages before it have run."""
+    raw = base()
+    edit(raw)
+    with pytest.raises(ConfigError, match=message):
+        load_params(write(tmp_path, raw))

@@ -244,7 +244,11 @@ def test_lineage_and_runs_trace_the_champion_to_commit_data_and_metrics(project:
 
 
 def test_second_repro_is_a_noop(project: tuple[Path, str]) -> None:
+    """Also after Python byte-compiled the code (where PYTHONDONTWRITEBYTECODE is unset, importing a
+    module writes __pycache__/ into `minibert`, a dependency folder): .dvcignore keeps it out."""
     dest, _ = project
+    sh([sys.executable, "-m", "compileall", "-q", "minibert", "pipeline"], dest)
+    assert list((dest / "minibert" / "__pycache__").glob("*.pyc"))
     start = time.perf_counter()
     out = sh(["dvc", "repro"], dest)
     elapsed = time.perf_counter() - start

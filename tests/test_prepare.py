@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from minibert.validation import ConfigError
 from pipeline.io import DataError
 from pipeline.params import PrepareParams
 from pipeline.stages.prepare import (
@@ -38,11 +39,14 @@ def raw_layout(tmp_path: Path) -> tuple[Path, Path]:
     write_sst2(tmp_path / "sst2" / "train.tsv", sentences + [("a bad film number 0", "0"), ("in dev too", "1"),
                                                              ("conflict", "0"), ("conflict", "1"), ("x", "1")])
     write_sst2(tmp_path / "sst2" / "dev.tsv", [("in dev too", "1"), ("dev only , fine", "0")])
-    for split in ("train", "test"):
-        write_imdb(tmp_path / "imdb" / f"{split}.jsonl.gz",
-                   [{"id": f"{split}/{i}", "label": i % 2, "rating": 1, "text": f"Review {i}.<br /><br />Ok."} for i in range(6)])
+    reviews = {split: [{"id": f"{split}/{i}", "label": i % 2, "rating": 1, "text": f"{prefix} {i}.<br /><br />Ok."}
+                       for i in range(6)] for split, prefix in (("train", "Review"), ("test", "Test review"))}
+    reviews["train"].append({"id": "train/6", "label": 1, "rating": 9, "text": "Test review 1. <br/>Ok."})  # also in test
+    for split, rows in reviews.items():
+        write_imdb(tmp_path / "imdb" / f"{split}.jsonl.gz", rows)
     write_imdb(tmp_path / "imdb" / "unsup.jsonl.gz",
-               [{"id": f"unsup/{i}", "label": -1, "rating": 0, "text": f"Unlabelled   review {i}<br/>end"} for i in range(5)])
+               [{"id": f"unsup/{i}", "label": -1, "rating": 0, "text": f"Unlabelled   review {i}<br/>end"} for i in range(5)]
+               + [{"id": "unsup/5", "label": -1, "rating": 0, "text": "Test review 2. Ok."}])  # an IMDb test review
     return tmp_path / "sst2", tmp_path / "imdb"
 
 
@@ -107,9 +111,13 @@ def test_run_on_a_small_raw_layout(tmp_path: Path) -> None:
     assert report["rows"]["sst2_dev"] == 2
     assert len(tables["imdb_val"]) == 2 and len(tables["imdb_train"]) == 4 and len(tables["imdb_test"]) == 6
     assert not set(tables["imdb_val"]["text"]) & set(tables["imdb_train"]["text"])
+    assert "Test review 1. Ok." in set(tables["imdb_test"]["text"]), "a review in both IMDb splits stays in test"
+    assert not set(tables["imdb_test"]["text"]) & (set(tables["imdb_train"]["text"]) | set(tables["imdb_val"]["text"]))
+    assert report["dropped"]["imdb_train"]["in_test"] == 1
+    assert not set(tables["imdb_test"]["text"]) & corpus and report["dropped"]["imdb_unsup"]["in_test_or_val"] == 1
+    assert not set(tables["imdb_val"]["text"]) & corpus
 
 
-def test_val_fraction_is_range_checked(tmp_path: Path) -> None:
-    sst2, imdb = raw_layout(tmp_path)
-    with pytest.raises(DataError, match=r"prepare\.val_fraction: 1\.5 must be in \(0, 1\)"):
-        run(PrepareParams(val_fraction=1.5), sst2, imdb)
+def test_val_fraction_is_range_checked() -> None:
+    with pytest.raises(ConfigError, match=r"prepare\.val_fraction: 1\.5 is out of range; expected in \(0, 1\)"):
+        PrepareParams(val_fraction=1.5)

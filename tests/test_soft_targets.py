@@ -32,9 +32,11 @@ def test_round_trip_and_stale_or_broken_files_are_refused(tmp_path: Path) -> Non
         load_logits(path, np.array([0, 1, 1, 0, 1]))
     with pytest.raises(DataError, match="do not match"):
         load_logits(path, np.array([1, 1, 1, 0]))  # same count, other rows
-    path.write_bytes(b"not numpy")
-    with pytest.raises(DataError, match="not a teacher_logits file"):
-        load_logits(path, labels)
+    whole = path.read_bytes()
+    for damaged in (b"not numpy", whole[: len(whole) // 2]):  # garbage; a zip cut in half (BadZipFile)
+        path.write_bytes(damaged)
+        with pytest.raises(DataError, match=r"train\.npz: not a teacher_logits file .*rerun `dvc repro teacher_logits`"):
+            load_logits(path, labels)
     with pytest.raises(FileNotFoundError, match="dvc repro teacher_logits"):
         load_logits(tmp_path / "absent.npz", labels)
     with pytest.raises(FileNotFoundError, match="dvc repro baseline_oof"):  # the fix names the stage that writes it

@@ -1,5 +1,6 @@
 """MLflow tracking: one parent run per pipeline execution, one nested run per stage, provenance tags."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ from mlflow import MlflowClient  # noqa: E402
 
 from minibert.validation import ConfigError  # noqa: E402
 from pipeline.params import Params, flatten  # noqa: E402
-from pipeline.provenance import data_digests  # noqa: E402
+from pipeline.provenance import data_digests, resume_fingerprint  # noqa: E402
 from pipeline.tracking import (  # noqa: E402
     PARENT_ENV,
     STAGE_TAG,
@@ -155,6 +156,36 @@ def test_data_digests_come_from_dvc_records(tmp_path: Path) -> None:
     (tmp_path / "data" / "raw" / "sst2.dvc").write_text(yaml.safe_dump({"outs": [{"md5": "def456.dir", "path": "sst2"}]}))
     digests = data_digests([tmp_path / "models" / "m.bin", tmp_path / "data" / "raw" / "sst2"], tmp_path)
     assert digests == {"models/m.bin": "md5:abc123", "data/raw/sst2": "md5:def456.dir"}
+
+
+def test_a_resume_checkpoint_matches_only_the_same_params_code_and_input_content(tmp_path: Path) -> None:
+    """A killed pretraining resumes only when nothing DVC would rerun it for has changed: its declared
+    params, its inputs' content (not dvc.lock's record of it) and the code dvc.yaml lists."""
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"pretrain": {
+        "cmd": "true", "deps": ["code.py", "lib", "corpus.txt"], "params": ["pretrain"]}}}))
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "maths.py").write_text("SCALE = 1\n")
+    (tmp_path / "code.py").write_text("STEP = 1\n")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a fine film\n")
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"s": {"cmd": "c", "outs": [
+        {"path": "corpus.txt", "md5": "recorded"}]}}}))
+
+    def fingerprint(params: Params | None = None) -> str:
+        return resume_fingerprint("pretrain", params or Params(), [corpus], tmp_path)
+
+    first = fingerprint()
+    (tmp_path / "lib" / "__pycache__").mkdir()
+    (tmp_path / "lib" / "__pycache__" / "maths.cpython-311.pyc").write_bytes(b"byte code")  # not the code
+    assert fingerprint() == first
+    assert fingerprint(dataclasses.replace(Params(), finetune=dataclasses.replace(Params().finetune, seed=7))) == first
+    changed = [fingerprint(dataclasses.replace(Params(), pretrain=dataclasses.replace(Params().pretrain, max_steps=7)))]
+    for path, text in ((corpus, "a dull film\n"), (tmp_path / "code.py", "STEP = 2\n"), (tmp_path / "lib" / "maths.py", "SCALE = 2\n")):
+        original = path.read_text()
+        path.write_text(text)  # dvc.lock still records the old corpus
+        changed.append(fingerprint())
+        path.write_text(original)
+    assert fingerprint() == first and len(set(changed)) == 4 and first not in changed
 
 
 def test_stages_launched_by_one_dvc_process_share_a_parent(store: Path, tmp_path: Path) -> None:

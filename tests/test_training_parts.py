@@ -215,10 +215,13 @@ def _mse_step(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torc
     return F.mse_loss(m(torch.nn.functional.dropout(x, 0.1, training=m.training)), y), len(x)
 
 
-def test_a_killed_run_resumes_to_the_same_weights(tmp_path) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_a_killed_run_resumes_to_the_same_weights(tmp_path, device: str) -> None:
+    """Also on a GPU, where dropout draws from the device's own generator."""
     optim, loop = OptimConfig(lr=0.02), LoopConfig(max_steps=30, log_every=5, checkpoint_every=10)
     torch.manual_seed(0)
-    reference = torch.nn.Linear(4, 1)
+    reference = torch.nn.Linear(4, 1).to(device)
     full_curve = RecordingTracker()
     fit(reference, _regression_stream(), _mse_step, optim, loop, full_curve)
 
@@ -232,11 +235,11 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path) -> None:
     torch.manual_seed(0)
     checkpointer = Checkpointer(tmp_path / "resume.pt", fingerprint="run-a")
     with pytest.raises(Killed):
-        fit(torch.nn.Linear(4, 1), _regression_stream(), _mse_step, optim, loop, RecordingTracker(),
+        fit(torch.nn.Linear(4, 1).to(device), _regression_stream(), _mse_step, optim, loop, RecordingTracker(),
             Hooks(before_step=kill_at_25), checkpointer)
     assert checkpointer.path.is_file()
     torch.manual_seed(123)  # a new process: different RNG until the checkpoint restores it
-    resumed = torch.nn.Linear(4, 1)
+    resumed = torch.nn.Linear(4, 1).to(device)
     resumed_curve = RecordingTracker()
     result = fit(resumed, _regression_stream(), _mse_step, optim, loop, resumed_curve, checkpointer=checkpointer)
     assert result.resumed_from == 20 and result.steps == 30

@@ -15,7 +15,7 @@ stage fails, and writes no model, when the largest logit difference exceeds
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -62,15 +62,23 @@ def parity_sample(windows: list[list[int]], rows: int | None) -> list[list[int]]
     return [windows[i] for i in np.unique(np.linspace(0, len(windows) - 1, rows).round().astype(np.int64))]
 
 
-def verified_export(out: Path, write: Callable[[Path], None], check: Callable[[Path], dict[str, float]]) -> dict[str, float]:
-    """Write a candidate beside ``out``, check it, and only then move it into place."""
-    candidate = out.with_name(f".candidate.{out.name}")
+Export = tuple[Path, Callable[[Path], None], Callable[[Path], dict[str, float]]]
+
+
+def verified_exports(exports: Sequence[Export]) -> dict[str, float]:
+    """Write each (output, writer, check) candidate beside its output and check it; only when every
+    check passes move them all into place, so a refused graph never leaves a new one beside an old one."""
+    candidates = [out.with_name(f".candidate.{out.name}") for out, _, _ in exports]
+    metrics: dict[str, float] = {}
     try:
-        write(candidate)
-        metrics = check(candidate)
-        candidate.replace(out)
+        for candidate, (_, write, check) in zip(candidates, exports, strict=True):
+            write(candidate)
+            metrics |= check(candidate)
+        for candidate, (out, _, _) in zip(candidates, exports, strict=True):
+            candidate.replace(out)
     finally:
-        candidate.unlink(missing_ok=True)
+        for candidate in candidates:
+            candidate.unlink(missing_ok=True)
     return metrics
 
 
@@ -95,16 +103,16 @@ def main(argv: list[str] | None = None) -> None:
         sequences = parity_sample(windows, cfg.parity_rows)
         metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(windows), "parity_windows": len(sequences)}
 
-        metrics |= verified_export(args.out, lambda p: export_onnx(student, p, opset=cfg.opset),
-                                   lambda p: check_parity(student, p, sequences, cfg, ""))
-
         def write_fused(path: Path) -> None:
             # rotary positions act inside attention, which the fused kernel cannot express
             export_onnx(student, path, opset=cfg.opset, fused_attention=model_cfg.position != "rotary")
             if cfg.ort_optimizer:
                 optimize_for_ort(path, path, model_cfg.num_heads, model_cfg.hidden_size)
 
-        metrics |= verified_export(args.fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_"))
+        metrics |= verified_exports([
+            (args.out, lambda p: export_onnx(student, p, opset=cfg.opset), lambda p: check_parity(student, p, sequences, cfg, "")),
+            (args.fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_")),
+        ])
         counts = fused_operator_counts(args.fused_out)
         metrics |= {f"fused_{op}_nodes": counts.get(op, 0) for op in ("Attention", "SkipLayerNormalization", "BiasGelu")}
         metrics["size_mb"] = args.out.stat().st_size / 1e6

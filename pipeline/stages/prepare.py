@@ -39,6 +39,11 @@ def normalise(text: str) -> str:
 def require_text(path: Path, line_no: int, text: str) -> None:
     if not text.strip():
         raise DataError(f"{path}, line {line_no}: the text is empty; delete the line or fill in the text")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:  # JSON's \ud800-style escapes can name half a character
+        raise DataError(f"{path}, line {line_no}: the text holds a lone UTF-16 surrogate {text[err.start]!r} at character "
+                        f"{err.start + 1}, which is no character; fix or delete that escape") from err
 
 
 def read_sst2(path: Path) -> pd.DataFrame:
@@ -125,8 +130,6 @@ def sample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
 
 def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, pd.DataFrame], dict]:
     """All prepared tables by name, and the report (without digests)."""
-    if not 0.0 < cfg.val_fraction < 1.0:
-        raise DataError(f"prepare.val_fraction: {cfg.val_fraction} must be in (0, 1)")
     report: dict = {"dropped": {}}
     dev = clean(read_sst2(sst2_dir / "dev.tsv"), cfg.min_chars, labelled=True)
     train = clean(read_sst2(sst2_dir / "train.tsv"), cfg.min_chars, labelled=True)
@@ -139,19 +142,20 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
         "sst2_val": sample(val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed),
         "sst2_dev": sample(dev.table, cfg.max_dev_rows, cfg.seed),
     }
-    for split in ("train", "test"):
-        imdb = clean(read_imdb(imdb_dir / f"{split}.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
-        report["dropped"][f"imdb_{split}"] = imdb.dropped
-        if split == "train":
-            imdb_rest, imdb_val = stratified_split(imdb.table, cfg.val_fraction, cfg.seed)
-            tables["imdb_train"] = sample(imdb_rest, cfg.max_train_rows, cfg.seed)
-            tables["imdb_val"] = sample(imdb_val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1),
-                                        cfg.seed)
-        else:
-            tables["imdb_test"] = sample(imdb.table, cfg.max_dev_rows, cfg.seed)
+    test = clean(read_imdb(imdb_dir / "test.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
+    imdb = clean(read_imdb(imdb_dir / "train.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
+    leaked = imdb.table["text"].isin(set(test.table["text"]))  # reviews in both splits: test keeps them
+    imdb.dropped["in_test"] = int(leaked.sum())
+    report["dropped"].update({"imdb_train": imdb.dropped, "imdb_test": test.dropped})
+    imdb_rest, imdb_val = stratified_split(imdb.table[~leaked].reset_index(drop=True), cfg.val_fraction, cfg.seed)
+    tables["imdb_train"] = sample(imdb_rest, cfg.max_train_rows, cfg.seed)
+    tables["imdb_val"] = sample(imdb_val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed)
+    tables["imdb_test"] = sample(test.table, cfg.max_dev_rows, cfg.seed)
     unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), cfg.min_chars, labelled=False)
+    evaluated = unsup.table["text"].isin(set(test.table["text"]) | set(imdb_val["text"]))  # scored texts stay out of pretraining
+    unsup.dropped["in_test_or_val"] = int(evaluated.sum())
     report["dropped"]["imdb_unsup"] = unsup.dropped
-    docs = sample(unsup.table, cfg.corpus_max_docs, cfg.seed)["text"]
+    docs = sample(unsup.table[~evaluated].reset_index(drop=True), cfg.corpus_max_docs, cfg.seed)["text"]
     corpus = pd.concat([docs, tables["sst2_train"]["text"]], ignore_index=True)
     tables["corpus"] = pd.DataFrame({"text": corpus.drop_duplicates().reset_index(drop=True)})
     report["rows"] = {name: len(t) for name, t in tables.items()}

@@ -16,8 +16,6 @@ loss and the final states' spread reported at the end; a collapsed encoder gets 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import math
 import time
 import warnings
@@ -44,9 +42,9 @@ from minibert.train_config import LoopConfig
 from minibert.trainer import Checkpointer, Hooks, LoopResult, RecordingTracker, Tracker, fit
 from pipeline.curves import write_curves
 from pipeline.io import read_table
-from pipeline.params import Params, PretrainParams, flatten, load_params
+from pipeline.params import Params, PretrainParams, load_params
 from pipeline.progress import progress_bar
-from pipeline.provenance import data_digests
+from pipeline.provenance import resume_fingerprint
 from pipeline.task import encode_documents
 
 COLLAPSED_SPREAD = 0.01  # token_spread below this: the final states no longer tell tokens apart (fresh: ~0.7)
@@ -229,9 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("pretrain", params, [args.corpus, args.tokenizer]) as tracker:
         corpus = read_table(args.corpus, ["text"])
         tracker.log_dataset(corpus, "corpus", args.corpus, context="pretraining", targets=None)
-        fingerprint = json.dumps({"params": flatten({"model": params.model, "pretrain": params.pretrain}),
-                                  "inputs": data_digests([args.corpus, args.tokenizer], project_root())}, sort_keys=True)
-        checkpointer = Checkpointer(args.resume, hashlib.sha256(fingerprint.encode()).hexdigest())
+        fingerprint = resume_fingerprint("pretrain", params, [args.corpus, args.tokenizer], project_root())
+        checkpointer = Checkpointer(args.resume, fingerprint)
         recorder = RecordingTracker(tracker)
         model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), recorder, checkpointer, world)
         if not world.main:  # rank 0 writes the outputs and logs the run
