@@ -49,11 +49,12 @@ def run(
     copied = init_student_from_teacher(student, teacher)
     distiller = Distiller(student, teacher, cfg.hidden_weight, cfg.attention_weight)
 
-    # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
+    # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits. Every loop
+    # choice is spelled out, so a change of FinetuneParams' defaults never changes distillation.
     loop_cfg = FinetuneParams(
-        seed=cfg.seed, batch_size=cfg.batch_size, epochs=cfg.epochs,
-        time_budget_min=cfg.time_budget_min, optim=cfg.optim, log_every=cfg.log_every,
-        eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
+        seed=cfg.seed, processes=1, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
+        optim=cfg.optim, accumulate=1, precision="fp32", llrd=1.0, unfreeze_every=0, adversarial="none", patience=0,
+        log_every=cfg.log_every, eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
     )
     targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits], axis=1)
     distiller, metrics = train_classifier(
