@@ -393,10 +393,10 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         project: tuple[Path, str], tmp_path: Path) -> None:
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
     deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
-    the stages its params change (a new distillation seed, so distill onwards; the first run also
-    finetune, which the earlier `dvc exp run`s left on other params) under a Prefect-tagged parent
-    run, then the gate, which promotes the first new challenger (margin 1.0) and refuses the second
-    (latency budget)."""
+    the stages its params change under a Prefect-tagged parent run (the first a new distillation
+    seed, so distill onwards, and finetune, which the earlier `dvc exp run`s left on other params;
+    the second a new `register.min_accuracy`, so register and report alone), then the gate, which
+    promotes the first new challenger (margin 1.0) and refuses the second (latency budget)."""
     dest, _ = project
     params = dest / "params.yaml"
     original = params.read_text()
@@ -413,9 +413,12 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
                               capture_output=True).returncode == 0
 
-    def trigger(distill_seed: int, promote: dict) -> str:
+    def trigger(distill_seed: int, min_accuracy: float, promote: dict, reran: list[str]) -> str:
+        """The version registered by a run of the deployment; ``reran``: stages before register it must
+        have run (none: it ran register and report alone)."""
         data = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
         data["distill"]["seed"] = distill_seed
+        data["register"]["min_accuracy"] = min_accuracy
         data["promote"].update(promote)
         params.write_text(yaml.safe_dump(data, sort_keys=False))
         before = {r.info.run_id for r in client.search_runs([exp_id])}
@@ -425,7 +428,8 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
                      if r.info.run_id not in before]
         stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
-        assert "distill" in stages and stages[-1] == "report" and "pretrain" not in stages, stages
+        assert stages[-2:] == ["register", "report"] and "pretrain" not in stages, stages
+        assert set(reran) <= set(stages) and (reran or len(stages) == 2), stages
         return str(client.get_model_version_by_alias("minibert-sst2", "challenger").version)
 
     exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
@@ -444,13 +448,13 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
                                        capture_output=True, text=True).stdout
                 assert "'cron': '0 4 * * 1'" in shown and "'timezone': 'UTC'" in shown
 
-                winner = trigger(1, {"margin": 1.0})
+                winner = trigger(1, 0.0, {"margin": 1.0}, reran=["distill", "export", "quantize", "evaluate"])
                 assert winner != champion
                 assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
                 tags = client.get_model_version("minibert-sst2", winner).tags
                 assert tags["promotion.decision"] == "promoted" and tags["previous_champion"] == champion
 
-                loser = trigger(2, {"margin": 0.0, "max_p50_ms": 0.001})
+                loser = trigger(1, 0.01, {"margin": 0.0, "max_p50_ms": 0.001}, reran=[])  # the same model, registered again
                 assert loser not in (winner, champion)
                 assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
                 tags = client.get_model_version("minibert-sst2", loser).tags
