@@ -193,13 +193,15 @@ def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str
 PARAMS_METHODS = {"model_config": "model", "student_config": "distill.student"}
 
 
-def params_reads(module: str) -> tuple[set[str], set[str]]:
+def params_reads(module: str) -> tuple[set[str], set[str], list[str]]:
     """(dotted params.yaml keys or sections that ``module`` reads as ``params.<a>.<b>...``, names of the
-    functions from other modules it hands the whole ``params`` to)."""
+    functions from other modules it hands the whole ``params`` to, uses of ``params`` the check cannot
+    follow: an alias, or a function of the module that takes it under another name)."""
     tree = ast.parse((ROOT / "pipeline" / f"{module}.py").read_text())
-    local = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
-    reads, handed = set(), set()
+    local = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    reads, handed, loose = set(), set(), []
     chained = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    followed: set[int] = set()  # `params` names at the root of an attribute chain or passed to a call
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and id(node) not in chained:  # the outermost attribute of a chain
             names = []
@@ -209,6 +211,7 @@ def params_reads(module: str) -> tuple[set[str], set[str]]:
                 inner = inner.value
             if not (isinstance(inner, ast.Name) and inner.id == "params"):
                 continue
+            followed.add(id(inner))
             owner, path = Params, []
             for name in names:
                 if name in PARAMS_METHODS and owner is Params:
@@ -222,12 +225,26 @@ def params_reads(module: str) -> tuple[set[str], set[str]]:
                 if not dataclasses.is_dataclass(owner):
                     break
             reads.add(".".join(path))
-        if isinstance(node, ast.Call) and any(isinstance(a, ast.Name) and a.id == "params" for a in node.args):
-            func = node.args[0] if ast.unparse(node.func) in ("partial", "functools.partial") else node.func
+        if isinstance(node, ast.Call):
+            partial = ast.unparse(node.func) in ("partial", "functools.partial")
+            func = node.args[0] if partial else node.func
             callee = ast.unparse(func)
-            if callee not in local:
-                handed.add(callee)
-    return reads, handed
+            args = node.args[1:] if partial else node.args
+            passed = [(i, None) for i, a in enumerate(args) if isinstance(a, ast.Name) and a.id == "params"]
+            passed += [(None, k.arg) for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id == "params"]
+            followed |= {id(a) for a in [*args, *(k.value for k in node.keywords)] if isinstance(a, ast.Name)}
+            for index, keyword in passed:
+                if callee not in local:
+                    handed.add(callee)
+                    continue
+                parameters = [a.arg for a in local[callee].args.args]
+                name = keyword or (parameters[index] if index < len(parameters) else "*args")
+                if name != "params":
+                    loose.append(f"{callee}(..., {name}=params)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id == "params" and isinstance(node.ctx, ast.Load) and id(node) not in followed:
+            loose.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return reads, handed, loose
 
 
 def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
@@ -236,12 +253,15 @@ def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
     from pipeline.model_card import CARD_SECTIONS
 
     # what the helpers a stage hands `params` to read: stage_run and resume_fingerprint read the declared keys
-    whole = {"stage_run": (), "resume_fingerprint": (), "card_blocks": CARD_SECTIONS}
+    whole = {"stage_run": (), "resume_fingerprint": (), "card_blocks": (*CARD_SECTIONS, "register")}
+    card_reads, _, _ = params_reads("model_card")
+    assert {key.split(".")[0] for key in card_reads} <= set(whole["card_blocks"]), card_reads
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert params_reads("stages/distill")[0] >= {"task", "distill", "distill.student", "distill.ensemble.baseline_share"}
     for name, stage in stages.items():
         declared = stage.get("params", [])
-        reads, handed = params_reads(f"stages/{name}")
+        reads, handed, loose = params_reads(f"stages/{name}")
+        assert not loose, f"stage {name!r} uses params where this check cannot follow it: {loose}; read params.<key> directly"
         unknown = handed - set(whole)
         assert not unknown, f"stage {name!r} hands the whole params to {sorted(unknown)}: read the keys it needs there"
         reads |= {section for callee in handed for section in whole[callee]}

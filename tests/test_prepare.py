@@ -46,7 +46,8 @@ def raw_layout(tmp_path: Path) -> tuple[Path, Path]:
         write_imdb(tmp_path / "imdb" / f"{split}.jsonl.gz", rows)
     write_imdb(tmp_path / "imdb" / "unsup.jsonl.gz",
                [{"id": f"unsup/{i}", "label": -1, "rating": 0, "text": f"Unlabelled   review {i}<br/>end"} for i in range(5)]
-               + [{"id": "unsup/5", "label": -1, "rating": 0, "text": "Test review 2. Ok."}])  # an IMDb test review
+               + [{"id": "unsup/5", "label": -1, "rating": 0, "text": "Test review 2. Ok."}]  # an IMDb test review
+               + [{"id": f"unsup/t{i}", "label": -1, "rating": 0, "text": f"Review {i}. Ok."} for i in range(6)])  # train
     return tmp_path / "sst2", tmp_path / "imdb"
 
 
@@ -114,8 +115,10 @@ def test_run_on_a_small_raw_layout(tmp_path: Path) -> None:
     assert "Test review 1. Ok." in set(tables["imdb_test"]["text"]), "a review in both IMDb splits stays in test"
     assert not set(tables["imdb_test"]["text"]) & (set(tables["imdb_train"]["text"]) | set(tables["imdb_val"]["text"]))
     assert report["dropped"]["imdb_train"]["in_test"] == 1
-    assert not set(tables["imdb_test"]["text"]) & corpus and report["dropped"]["imdb_unsup"]["in_test_or_val"] == 1
-    assert not set(tables["imdb_val"]["text"]) & corpus
+    # unlabelled copies of test and validation reviews stay out of pretraining; of training reviews, in
+    assert not (set(tables["imdb_test"]["text"]) | set(tables["imdb_val"]["text"])) & corpus
+    assert set(tables["imdb_train"]["text"]) <= corpus
+    assert report["dropped"]["imdb_unsup"]["in_test_or_val"] == 1 + len(tables["imdb_val"])
 
 
 def test_val_fraction_is_range_checked() -> None:
