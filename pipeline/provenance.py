@@ -69,12 +69,16 @@ def _local_md5(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _relative(path: str | os.PathLike[str], root: Path) -> str:
+    return os.path.normpath(os.path.relpath(Path(path).resolve(), root.resolve()))
+
+
 def data_digests(paths: list[Path], root: Path) -> dict[str, str]:
     """{relative path: "md5:<dvc md5>" or "local-md5:<md5>"} for each existing input path."""
     records = _dvc_records(root)
     out = {}
     for path in paths:
-        rel = os.path.normpath(os.path.relpath(Path(path).resolve(), root.resolve()))
+        rel = _relative(path, root)
         if rel in records and records[rel]:
             out[rel] = f"md5:{records[rel]}"
         elif Path(path).exists():
@@ -104,8 +108,12 @@ def declared_params(stage: str, root: Path) -> tuple[str, ...]:
     """The params.yaml keys (sections or dotted keys) that ``stage`` declares in ``root/dvc.yaml``:
     what DVC re-runs the stage for, and so what its MLflow run records. Entries naming another
     params file (``- other.yaml: [...]``) are refused: the stages read params.yaml alone."""
+    return _params_of(_dvc_stage(stage, root), stage, root)
+
+
+def _params_of(entry_of_stage: dict, stage: str, root: Path) -> tuple[str, ...]:
     keys: list[str] = []
-    for entry in _dvc_stage(stage, root).get("params") or []:
+    for entry in entry_of_stage.get("params") or []:
         if isinstance(entry, dict) and set(entry) == {"params.yaml"}:
             keys.extend(entry["params.yaml"] or [])
         elif isinstance(entry, str):
@@ -118,7 +126,10 @@ def declared_params(stage: str, root: Path) -> tuple[str, ...]:
 
 def declared_param_values(stage: str, params: Params, root: Path) -> dict[str, Any]:
     """{flattened key: value} of the params ``stage`` declares in dvc.yaml."""
-    keys = declared_params(stage, root)
+    return _values_of(declared_params(stage, root), params)
+
+
+def _values_of(keys: tuple[str, ...], params: Params) -> dict[str, Any]:
     return {k: v for k, v in flatten(params).items() if any(k == s or k.startswith(f"{s}.") for s in keys)}
 
 
@@ -126,8 +137,9 @@ def resume_fingerprint(stage: str, params: Params, inputs: list[Path], root: Pat
     """What a killed run's checkpoint must match to be resumed: the stage's declared params and the
     content of its inputs and of every dependency dvc.yaml lists for it (its code too), hashed from
     the files themselves (a record in dvc.lock may be stale when a file was rebuilt by hand)."""
-    deps = [root / d for d in _dvc_stage(stage, root).get("deps") or [] if isinstance(d, str) and "${" not in d]
-    files = {os.path.normpath(os.path.relpath(Path(p).resolve(), root.resolve())): Path(p) for p in [*inputs, *deps]}
+    entry = _dvc_stage(stage, root)  # dvc.yaml read once for both the params and the deps
+    deps = [root / d for d in entry.get("deps") or [] if isinstance(d, str) and "${" not in d]
+    files = {_relative(p, root): Path(p) for p in [*inputs, *deps]}
     content = {rel: _local_md5(path) for rel, path in sorted(files.items()) if path.exists()}
-    record = {"params": declared_param_values(stage, params, root), "content": content}
+    record = {"params": _values_of(_params_of(entry, stage, root), params), "content": content}
     return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()

@@ -144,7 +144,8 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     }
     test = clean(read_imdb(imdb_dir / "test.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
     imdb = clean(read_imdb(imdb_dir / "train.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
-    leaked = imdb.table["text"].isin(set(test.table["text"]))  # reviews in both splits: test keeps them
+    test_texts = set(test.table["text"])
+    leaked = imdb.table["text"].isin(test_texts)  # reviews in both splits: test keeps them
     imdb.dropped["in_test"] = int(leaked.sum())
     report["dropped"].update({"imdb_train": imdb.dropped, "imdb_test": test.dropped})
     imdb_rest, imdb_val = stratified_split(imdb.table[~leaked].reset_index(drop=True), cfg.val_fraction, cfg.seed)
@@ -152,7 +153,7 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     tables["imdb_val"] = sample(imdb_val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed)
     tables["imdb_test"] = sample(test.table, cfg.max_dev_rows, cfg.seed)
     unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), cfg.min_chars, labelled=False)
-    evaluated = unsup.table["text"].isin(set(test.table["text"]) | set(imdb_val["text"]))  # scored texts stay out of pretraining
+    evaluated = unsup.table["text"].isin(test_texts | set(imdb_val["text"]))  # scored texts stay out of pretraining
     unsup.dropped["in_test_or_val"] = int(evaluated.sum())
     report["dropped"]["imdb_unsup"] = unsup.dropped
     docs = sample(unsup.table[~evaluated].reset_index(drop=True), cfg.corpus_max_docs, cfg.seed)["text"]
