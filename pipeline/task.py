@@ -63,7 +63,7 @@ def document_logits(
 
 
 def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams,
-                batch_size: int) -> Logits:
+                batch_size: int, precision: str = "fp32") -> Logits:
     """Raw texts -> (N, L) logits: tokenization included (what a user of the model pays)."""
-    predict = document_logits(model, tok, task, batch_size)
+    predict = document_logits(model, tok, task, batch_size, precision)
     return lambda texts: predict(encode_documents(tok, texts))

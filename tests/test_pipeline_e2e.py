@@ -99,6 +99,9 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert max(export[f"{graph}max_abs_diff_b{b}"] for b in (1, 8, 32) for graph in ("", "fused_")) <= 1e-4
     assert export["fused_Attention_nodes"] == 1 and export["fused_SkipLayerNormalization_nodes"] >= 1, "fused graph"
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
+    scored = json.loads((dest / "metrics" / "teacher_logits.json").read_text())["bf16_autocast"]
+    assert evaluation["teacher"]["bf16_autocast"] == float(scored), "evaluate scores the teacher as teacher_logits does"
+    assert evaluation["student"]["bf16_autocast"] == 0.0, "the fp32 student is the export's parity reference"
     quantize = json.loads((dest / "metrics" / "quantize.json").read_text())
     assert quantize["onnx_int8_mb"] < quantize["onnx_fp32_mb"]
     assert (dest / "plots" / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

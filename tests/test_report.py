@@ -55,6 +55,15 @@ def test_results_table_compares_every_variant_with_the_baseline() -> None:
     assert table.rows[0][-1] == "+0.00" and table.rows[1][7] == "n/a", "throughput not measured: said so, not zero"
 
 
+def test_results_table_names_the_precision_a_torch_variant_was_scored_in() -> None:
+    evaluation = {"baseline": {"accuracy": 0.8}, "teacher": {"accuracy": 0.82, "bf16_autocast": 1.0},
+                  "student": {"accuracy": 0.83, "bf16_autocast": 0.0}, "student_onnx": {"accuracy": 0.83}}
+    what = {row[0]: row[1] for row in results_table(evaluation).rows}
+    assert what["teacher"] == "fine-tuned encoder, torch bf16 autocast"
+    assert what["student"] == "distilled student, torch fp32"
+    assert what["student_onnx"] == "student, ONNX Runtime fp32"
+
+
 def test_model_card_has_data_digests_metrics_use_and_limitations() -> None:
     params = load_params(ROOT / "params.yaml")
     evaluation = {"baseline": {"accuracy": 0.8, "f1": 0.8, "ece": 0.04, "p50_ms": 0.2, "size_mb": 9.0},

@@ -27,8 +27,8 @@ from pipeline.splits import load_split, split_path
 
 VARIANTS = {
     "baseline": "TF-IDF + logistic regression",
-    "teacher": "fine-tuned encoder, torch fp32",
-    "student": "distilled student, torch fp32",
+    "teacher": "fine-tuned encoder, torch {precision}",
+    "student": "distilled student, torch {precision}",
     "student_int8": "student, torch dynamic int8",
     "student_onnx": "student, ONNX Runtime fp32",
     "student_onnx_int8": "student, fused int8 ONNX (deployed)",
@@ -41,11 +41,17 @@ def _num(metrics: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> st
     return "n/a" if not isinstance(value, (int, float)) else format(scale * value, spec)
 
 
+def describe(name: str, metrics: dict[str, float]) -> str:
+    """The variant's one-line description; a torch variant names the precision it was scored in."""
+    precision = "bf16 autocast" if metrics.get("bf16_autocast") else "fp32"
+    return VARIANTS.get(name, "").replace("{precision}", precision)
+
+
 def results_table(evaluation: dict[str, dict[str, float]]) -> Table:
     base = evaluation["baseline"]["accuracy"]
     order = [v for v in VARIANTS if v in evaluation] + [v for v in evaluation if v not in VARIANTS]
     rows = tuple(
-        (name, VARIANTS.get(name, ""), _num(m, "accuracy", ".2f", 100), _num(m, "f1", ".2f", 100), _num(m, "ece", ".3f"),
+        (name, describe(name, m), _num(m, "accuracy", ".2f", 100), _num(m, "f1", ".2f", 100), _num(m, "ece", ".3f"),
          _num(m, "p50_ms", ".2f"), _num(m, "p95_ms", ".2f"), _num(m, "throughput_per_s", ".0f"), _num(m, "size_mb", ".2f"),
          f"{100 * (m['accuracy'] - base):+.2f}")
         for name, m in ((n, evaluation[n]) for n in order))
