@@ -18,6 +18,7 @@ leaves the encoder nothing to gain from collapsing, and its gradient goes to con
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,13 +29,16 @@ from minibert.tokenizer import SPECIAL_TOKENS
 from minibert.train_config import PPMIConfig
 
 
-def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> np.ndarray:
-    """Symmetric (K, K) float64 counts of kept ids within ``window`` of each other, 1/distance weighted.
+def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> Tensor:
+    """Symmetric (K, K) float64 counts of kept ids within ``window`` of each other, 1/distance weighted,
+    as a coalesced sparse COO tensor: memory follows the distinct pairs seen, not K * K (a dense
+    float64 matrix of 32,000 ids is 8 GB, and counting it took three of them).
 
     ``keep``: (V,) int64 mapping an id to its row in 0..K-1, or -1 to skip it.
     """
     k = int(keep.max()) + 1
-    counts = np.zeros(k * k, dtype=np.float64)
+    key_type = np.int32 if k * k < 2**31 else np.int64  # pair keys a * k + b; int32 sorts twice as fast
+    keys, weights = [np.zeros(0, key_type)], [np.zeros(0, np.float64)]
     for distance in range(1, window + 1):
         long_enough = [d for d in docs if len(d) > distance]
         if not long_enough:
@@ -42,10 +46,14 @@ def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> 
         a = keep[np.concatenate([d[:-distance] for d in long_enough])]
         b = keep[np.concatenate([d[distance:] for d in long_enough])]
         both = (a >= 0) & (b >= 0)
-        pairs = np.bincount(a[both] * k + b[both], minlength=k * k).astype(np.float64)
-        counts += pairs / distance
-    counts = counts.reshape(k, k)
-    return counts + counts.T
+        a, b = a[both].astype(key_type), b[both].astype(key_type)
+        pairs, seen = np.unique(np.concatenate([a * k + b, b * k + a]), return_counts=True)  # both orders: symmetric
+        keys.append(pairs)
+        weights.append(seen / distance)
+    pairs, where = np.unique(np.concatenate(keys), return_inverse=True)
+    counts = np.bincount(where, weights=np.concatenate(weights), minlength=len(pairs))
+    indices = torch.from_numpy(np.stack([pairs // k, pairs % k]).astype(np.int64))
+    return torch.sparse_coo_tensor(indices, torch.from_numpy(counts), (k, k), is_coalesced=True, check_invariants=False)
 
 
 def token_counts(docs: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
@@ -53,13 +61,18 @@ def token_counts(docs: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:
     return np.bincount(np.concatenate(list(docs)) if docs else np.zeros(0, np.int64), minlength=vocab_size)
 
 
-def ppmi(counts: np.ndarray, alpha: float) -> np.ndarray:
-    """Positive PMI with the context distribution raised to ``alpha``; zero where nothing co-occurred."""
-    rows = counts.sum(axis=1, keepdims=True)
-    contexts = counts.sum(axis=0, keepdims=True) ** alpha
-    with np.errstate(divide="ignore", invalid="ignore"):
-        pmi = np.log(counts * contexts.sum() / (rows * contexts))
-    return np.where(counts > 0, np.maximum(pmi, 0.0), 0.0).astype(np.float32)
+def ppmi(counts: Tensor, alpha: float) -> Tensor:
+    """Positive PMI of sparse co-occurrence ``counts`` with the context distribution raised to
+    ``alpha``: a sparse float32 tensor, zero (absent) where nothing co-occurred or PMI <= 0."""
+    counts = counts.coalesce()
+    (row, col), values = counts.indices(), counts.values()
+    k = counts.shape[0]
+    rows = torch.zeros(k, dtype=values.dtype).index_add_(0, row, values)
+    contexts = torch.zeros(k, dtype=values.dtype).index_add_(0, col, values) ** alpha
+    pmi = torch.log(values * contexts.sum() / (rows[row] * contexts[col]))
+    positive = pmi > 0
+    return torch.sparse_coo_tensor(counts.indices()[:, positive], pmi[positive].float(), counts.shape,
+                                   is_coalesced=True, check_invariants=False)
 
 
 def ppmi_svd(docs: Sequence[np.ndarray], vocab_size: int, dim: int, cfg: PPMIConfig, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -72,16 +85,26 @@ def ppmi_svd(docs: Sequence[np.ndarray], vocab_size: int, dim: int, cfg: PPMICon
         raise ValueError(f"ppmi_svd: {len(ids)} distinct tokens in the corpus; need more than the {dim} dimensions")
     keep = np.full(max(vocab_size, 1), -1, dtype=np.int64)
     keep[ids] = np.arange(len(ids))
-    matrix = torch.from_numpy(ppmi(cooccurrences(docs, keep, cfg.window), cfg.alpha))
+    matrix = ppmi(cooccurrences(docs, keep, cfg.window), cfg.alpha)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # svd_lowrank draws a random projection
     try:
-        u, s, _ = torch.svd_lowrank(matrix, q=dim, niter=4)
+        with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta": products are all it is used for
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+            csr = matrix.to_sparse_csr()
+        u, s, _ = torch.svd_lowrank(csr, q=dim, niter=4)  # CSR products: 3x faster than COO
     finally:
         torch.random.set_rng_state(generator_state)
-    vectors = u * s.sqrt()
+    vectors = canonical_signs(u) * s.sqrt()
     vectors = vectors - vectors.mean(dim=0)
     return torch.from_numpy(ids), vectors * (cfg.init_std / vectors.std())
+
+
+def canonical_signs(u: Tensor) -> Tensor:
+    """``u`` with each column's sign chosen so that its largest-magnitude entry is positive. A singular
+    vector is defined up to sign, and which one an SVD returns depends on its random start and on
+    the matmul kernels (dense or sparse): fixed, the same PPMI matrix gives the same vectors."""
+    return u * u.gather(0, u.abs().argmax(dim=0, keepdim=True)).sign()
 
 
 def unigram_log_probs(docs: Sequence[np.ndarray], vocab_size: int, smoothing: float = 1.0) -> Tensor:

@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from minibert import ModelConfig, build_mlm
-from minibert.embedding_init import cooccurrences, ppmi, ppmi_svd, set_token_embeddings, unigram_log_probs
+from minibert.embedding_init import (
+    canonical_signs,
+    cooccurrences,
+    ppmi,
+    ppmi_svd,
+    set_token_embeddings,
+    unigram_log_probs,
+)
 from minibert.train_config import PPMIConfig
 from minibert.validation import ConfigError
 
@@ -13,6 +20,7 @@ from minibert.validation import ConfigError
 def test_cooccurrences_are_symmetric_and_weighted_by_distance() -> None:
     keep = np.array([-1, 0, 1, 2])  # id 0 is skipped
     counts = cooccurrences([np.array([1, 2, 3, 0, 1])], keep, window=2)
+    assert counts.is_sparse and counts.is_coalesced()
     expected = np.zeros((3, 3))
     for i, j, w in [(0, 1, 1.0), (1, 2, 1.0), (0, 2, 0.5)]:  # pairs (1,2) (2,3) at distance 1; (1,3) at 2
         expected[i, j] += w
@@ -20,12 +28,20 @@ def test_cooccurrences_are_symmetric_and_weighted_by_distance() -> None:
     # (3, 1) at distance 2 across the skipped 0: weight 0.5 on (2, 0); (1, 1) at distance 4 is out of window
     expected[2, 0] += 0.5
     expected[0, 2] += 0.5
-    np.testing.assert_allclose(counts, expected)
+    np.testing.assert_allclose(counts.to_dense().numpy(), expected)
+
+
+def test_cooccurrences_take_memory_by_the_pairs_seen_not_the_square_of_the_vocabulary() -> None:
+    k = 200_000  # dense float64 counts would take 320 GB
+    doc = np.arange(k, dtype=np.int64)
+    counts = cooccurrences([doc], np.arange(k, dtype=np.int64), window=2)
+    assert counts.shape == (k, k) and counts._nnz() == 2 * (k - 1) + 2 * (k - 2)
+    assert counts[5, 6].item() == 1.0 and counts[7, 5].item() == 0.5 and counts[5, 8].item() == 0.0
 
 
 def test_ppmi_matches_the_formula() -> None:
     counts = np.array([[0.0, 4.0, 1.0], [4.0, 2.0, 0.0], [1.0, 0.0, 3.0]])
-    got = ppmi(counts, alpha=0.75)
+    got = ppmi(torch.from_numpy(counts).to_sparse(), alpha=0.75).to_dense().numpy()
     ctx = counts.sum(0) ** 0.75
     for w in range(3):
         for c in range(3):
@@ -48,6 +64,14 @@ def test_tokens_that_share_contexts_get_similar_vectors() -> None:
     same = topic[:, None] == topic[None, :]
     off_diagonal = ~torch.eye(len(ids), dtype=torch.bool)
     assert sims[same & off_diagonal].mean() > 0.5 > sims[~same].mean()
+
+
+def test_canonical_signs_undo_any_flip_of_a_singular_vector() -> None:
+    u = torch.linalg.qr(torch.randn(50, 6, generator=torch.Generator().manual_seed(0)))[0]
+    flips = torch.tensor([1.0, -1.0, -1.0, 1.0, -1.0, 1.0])
+    torch.testing.assert_close(canonical_signs(u * flips), canonical_signs(u))
+    fixed = canonical_signs(u)
+    assert (fixed.abs().argmax(dim=0) == fixed.argmax(dim=0)).all(), "each column's largest entry is positive"
 
 
 def test_max_tokens_keeps_the_most_frequent_and_specials_are_untouched() -> None:
