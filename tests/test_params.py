@@ -36,6 +36,22 @@ def test_profiles_load_and_spell_out_every_key(path: Path) -> None:
     assert params.model_config(vocab_size=1000).vocab_size == 1000
 
 
+# What each profile promises to share with the default (its header comment), so DVC reuses the
+# default run's prepared data, tokenizer and (IMDb) pretrained encoder from its cache.
+SHARED_WITH_DEFAULT = {
+    "imdb.yaml": ("data", "prepare", "tokenizer", "model", "pretrain"),
+    "gpu.yaml": ("data", "prepare", "tokenizer"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHARED_WITH_DEFAULT))
+def test_profiles_share_the_default_upstream_sections(name: str) -> None:
+    default = yaml.safe_load((ROOT / "params.yaml").read_text())
+    profile = yaml.safe_load((ROOT / "profiles" / name).read_text())
+    for section in SHARED_WITH_DEFAULT[name]:
+        assert profile[section] == default[section], f"profiles/{name}: section {section!r} differs from params.yaml"
+
+
 def test_tiny_profile_is_tiny() -> None:
     params = load_params(PROFILES[1])
     cfg = params.model_config(vocab_size=600)
