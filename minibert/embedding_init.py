@@ -34,10 +34,14 @@ def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> 
     as a coalesced sparse COO tensor: memory follows the distinct pairs seen, not K * K (a dense
     float64 matrix of 32,000 ids is 8 GB, and counting it took three of them).
 
+    Each pair is counted once, as (smaller row, larger row), and mirrored when the distinct pairs are
+    known: the sorts run over half the keys that counting both orders would. A token next to itself
+    lands on the diagonal twice, as it would counted in both orders.
+
     ``keep``: (V,) int64 mapping an id to its row in 0..K-1, or -1 to skip it.
     """
     k = int(keep.max()) + 1
-    key_type = np.int32 if k * k < 2**31 else np.int64  # pair keys a * k + b; int32 sorts twice as fast
+    key_type = np.int32 if k * k < 2**31 else np.int64  # pair keys lo * k + hi; int32 sorts twice as fast
     keys, weights = [np.zeros(0, key_type)], [np.zeros(0, np.float64)]
     for distance in range(1, window + 1):
         long_enough = [d for d in docs if len(d) > distance]
@@ -47,13 +51,18 @@ def cooccurrences(docs: Sequence[np.ndarray], keep: np.ndarray, window: int) -> 
         b = keep[np.concatenate([d[distance:] for d in long_enough])]
         both = (a >= 0) & (b >= 0)
         a, b = a[both].astype(key_type), b[both].astype(key_type)
-        pairs, seen = np.unique(np.concatenate([a * k + b, b * k + a]), return_counts=True)  # both orders: symmetric
+        pairs, seen = np.unique(np.minimum(a, b) * k + np.maximum(a, b), return_counts=True)
         keys.append(pairs)
         weights.append(seen / distance)
     pairs, where = np.unique(np.concatenate(keys), return_inverse=True)
     counts = np.bincount(where, weights=np.concatenate(weights), minlength=len(pairs))
-    indices = torch.from_numpy(np.stack([pairs // k, pairs % k]).astype(np.int64))
-    return torch.sparse_coo_tensor(indices, torch.from_numpy(counts), (k, k), is_coalesced=True, check_invariants=False)
+    lo, hi = pairs // k, pairs % k
+    off = lo != hi
+    rows, cols = np.concatenate([lo, hi[off]]), np.concatenate([hi, lo[off]])
+    values = np.concatenate([np.where(off, counts, 2 * counts), counts[off]])
+    order = np.argsort(rows * k + cols)  # coalesced: row-major order (the keys are distinct)
+    indices = torch.from_numpy(np.stack([rows[order], cols[order]]).astype(np.int64))
+    return torch.sparse_coo_tensor(indices, torch.from_numpy(values[order]), (k, k), is_coalesced=True, check_invariants=False)
 
 
 def token_counts(docs: Sequence[np.ndarray], vocab_size: int) -> np.ndarray:

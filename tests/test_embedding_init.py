@@ -115,3 +115,24 @@ def test_unigram_log_probs_reject_ids_outside_the_vocabulary_and_bad_smoothing()
         unigram_log_probs([np.array([1, 9])], vocab_size=9)
     with pytest.raises(ValueError, match="smoothing"):
         unigram_log_probs([np.array([1])], vocab_size=9, smoothing=0.0)
+
+
+def test_cooccurrences_equal_a_direct_count_of_every_window() -> None:
+    rng = np.random.default_rng(3)
+    docs = [rng.integers(0, 12, size=n) for n in rng.integers(1, 40, size=60)]  # repeats: diagonal pairs
+    keep = np.full(12, -1, dtype=np.int64)
+    keep[2:11] = np.arange(9)  # ids 0, 1 and 11 skipped
+    expected = np.zeros((9, 9))
+    for doc in docs:
+        for i in range(len(doc)):
+            for j in range(i + 1, min(i + 4, len(doc))):
+                a, b = keep[doc[i]], keep[doc[j]]
+                if a >= 0 and b >= 0:
+                    expected[a, b] += 1 / (j - i)
+                    expected[b, a] += 1 / (j - i)
+    counts = cooccurrences(docs, keep, window=3)
+    assert counts.is_coalesced() and expected.diagonal().sum() > 0
+    np.testing.assert_allclose(counts.to_dense().numpy(), expected, rtol=1e-12)
+    # coalesced means row-major order with no repeats; what the sparse ops downstream rely on
+    flat = (counts.indices()[0] * 9 + counts.indices()[1]).numpy()
+    assert (np.diff(flat) > 0).all()
