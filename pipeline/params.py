@@ -33,7 +33,7 @@ class DataParams:
 @dataclass(frozen=True)
 class PrepareParams:
     seed: int = 42
-    val_fraction: float = 0.05  # of SST-2 train, stratified by label; GLUE dev stays the test of record
+    val_fraction: float = 0.05  # of SST-2 sentences (whole trees) and IMDb reviews, stratified by label; GLUE dev stays the test of record
     max_train_rows: int | None = None  # subsample SST-2 train (tiny profile); None = all
     max_dev_rows: int | None = None
     corpus_max_docs: int | None = None  # IMDb unlabeled reviews in the pretraining corpus; None = all

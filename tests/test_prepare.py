@@ -103,7 +103,8 @@ def test_run_on_a_small_raw_layout(tmp_path: Path) -> None:
     train_val = set(tables["sst2_train"]["text"]) | set(tables["sst2_val"]["text"])
     assert "in dev too" not in train_val, "dev sentences never leak into training"
     assert "conflict" not in train_val
-    assert report["dropped"]["sst2_train"] == {"short": 1, "conflicting_labels": 2, "duplicates": 1, "in_dev": 1}
+    assert report["dropped"]["sst2_train"] == {"short": 1, "conflicting_labels": 2, "duplicates": 1, "in_dev": 1,
+                                                 "inside_val": 0}
     assert len(tables["sst2_val"]) == 10 and len(tables["sst2_train"]) == 30
     assert tables["imdb_train"]["text"][0] == "Review 0. Ok."
     corpus = set(tables["corpus"]["text"])

@@ -7,9 +7,10 @@ pretraining ``corpus`` (IMDb unlabeled + SST-2 train text) as parquet tables wit
 
 Rules: whitespace collapsed and IMDb ``<br />`` tags replaced by spaces; texts shorter than
 ``min_chars`` dropped; duplicate texts kept once (all copies dropped when their labels
-disagree); SST-2 train rows whose text is also in GLUE dev dropped (no test leakage); the
-validation splits are stratified, seeded samples of SST-2 train and IMDb train. GLUE dev stays
-SST-2's test of record, the IMDb test split IMDb's.
+disagree); SST-2 train rows whose text is also in GLUE dev dropped (no test leakage). The
+validation splits are stratified, seeded samples: of SST-2's sentences, whole trees (the phrases
+inside a held-out sentence leave training too; ``pipeline.phrase_trees``), and of IMDb train's
+reviews. GLUE dev stays SST-2's test of record, the IMDb test split IMDb's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pandas as pd
 
 from pipeline.io import DataError, atomic_path, text_lines, write_json
 from pipeline.params import Params, PrepareParams, load_params
+from pipeline.phrase_trees import held_out_sentences
 from pipeline.tracking import stage_run
 
 BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -135,7 +137,8 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     train = clean(read_sst2(sst2_dir / "train.tsv"), cfg.min_chars, labelled=True)
     leaked = train.table["text"].isin(set(dev.table["text"]))
     train.dropped["in_dev"] = int(leaked.sum())
-    train_rest, val = stratified_split(train.table[~leaked].reset_index(drop=True), cfg.val_fraction, cfg.seed)
+    train_rest, val, train.dropped["inside_val"] = held_out_sentences(train.table[~leaked].reset_index(drop=True),
+                                                                      cfg.val_fraction, cfg.seed)
     report["dropped"].update({"sst2_train": train.dropped, "sst2_dev": dev.dropped})
     tables = {
         "sst2_train": sample(train_rest, cfg.max_train_rows, cfg.seed),
