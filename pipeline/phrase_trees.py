@@ -3,9 +3,9 @@ each labelled. A validation split drawn row by row holds out phrases whose sente
 own sub-phrases, stay in training (88.6 % of the 3,348 random rows the default carved did), so
 it scores recall of seen text, not sentences like GLUE dev's.
 
-``held_out_sentences`` carves the split by whole trees instead: it holds out sentences (the
-phrases no other phrase contains, GLUE dev's 19.5 words on average) and drops from training
-every phrase inside a held-out one. Pure: a table in, tables and a count out.
+``root_phrases`` finds the sentences (the phrases no other phrase contains, GLUE dev's 19.5
+words on average) and ``inside_any`` the phrases inside given sentences, so that ``prepare``
+can hold out whole trees. Pure: texts in, masks out.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-import pandas as pd
 
 
 def root_phrases(texts: Sequence[str]) -> np.ndarray:
@@ -40,18 +39,3 @@ def inside_any(texts: Sequence[str], containers: Iterable[str]) -> np.ndarray:
     """(len(texts),) bool: True where the text is one of ``containers`` or a phrase inside one."""
     haystack = "".join(f"\n {t} " for t in containers) + "\n"  # " p " in it: p on whole-word bounds
     return np.fromiter((f" {t} " in haystack for t in texts), dtype=bool, count=len(texts))
-
-
-def held_out_sentences(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-    """(train, val, dropped): ``fraction`` of the root sentences of each label held out (seeded),
-    and every other phrase inside a held-out sentence dropped from train, counted in ``dropped``."""
-    texts = df["text"].tolist()
-    roots = df[root_phrases(texts)]
-    rng = np.random.default_rng(seed)
-    held: list[int] = []
-    for _, group in roots.groupby("label", sort=True):
-        n = int(round(len(group) * fraction))
-        held.extend(rng.choice(group.index.to_numpy(), size=n, replace=False).tolist())
-    is_val = df.index.isin(held)
-    leaks = inside_any(texts, df.loc[is_val, "text"]) & ~is_val
-    return df[~is_val & ~leaks].reset_index(drop=True), df[is_val].reset_index(drop=True), int(leaks.sum())

@@ -3,7 +3,8 @@
 import numpy as np
 import pandas as pd
 
-from pipeline.phrase_trees import held_out_sentences, inside_any, root_phrases
+from pipeline.phrase_trees import inside_any, root_phrases
+from pipeline.stages.prepare import split_by_sentences
 
 
 def tree(sentence: str, label: int) -> list[tuple[str, int]]:
@@ -24,7 +25,7 @@ def test_held_out_sentences_leave_no_phrase_of_theirs_in_training() -> None:
     sentences = [f"the {adj} film number {i} is {adj}" for i, adj in enumerate(["good", "bad"] * 20)]
     rows = [row for i, s in enumerate(sentences) for row in tree(s, 1 - i % 2)]
     df = pd.DataFrame(rows, columns=["text", "label"]).drop_duplicates("text", keep="first").reset_index(drop=True)
-    train, val, dropped = held_out_sentences(df, 0.1, seed=0)
+    train, val, dropped = split_by_sentences(df, 0.1, seed=0)
     assert sorted(val["text"]) == sorted(set(val["text"]) & set(sentences)) and len(val) == 4
     assert val["label"].tolist().count(1) == 2, "stratified by label"
     for sentence in val["text"]:
@@ -33,9 +34,9 @@ def test_held_out_sentences_leave_no_phrase_of_theirs_in_training() -> None:
     # shared phrases ("the good film", "is good") go too; the other sentences' own phrases stay
     assert dropped == len(df) - len(train) - len(val) > 0
     assert set(sentences) - set(val["text"]) <= set(train["text"])
-    again = held_out_sentences(df, 0.1, seed=0)
+    again = split_by_sentences(df, 0.1, seed=0)
     assert again[0].equals(train) and again[1].equals(val)
-    assert not held_out_sentences(df, 0.1, seed=1)[1].equals(val)
+    assert not split_by_sentences(df, 0.1, seed=1)[1].equals(val)
 
 
 def test_a_row_by_row_split_of_the_same_trees_would_leak() -> None:
@@ -45,7 +46,7 @@ def test_a_row_by_row_split_of_the_same_trees_would_leak() -> None:
     held = df.sample(frac=0.1, random_state=0)
     rest = df.drop(held.index)
     assert inside_any(held["text"].tolist(), rest["text"]).mean() > 0.5
-    train, val, _ = held_out_sentences(df, 0.1, seed=0)
+    train, val, _ = split_by_sentences(df, 0.1, seed=0)
     assert not inside_any(val["text"].tolist(), train["text"]).any()
 
 

@@ -27,7 +27,7 @@ import pandas as pd
 
 from pipeline.io import DataError, atomic_path, text_lines, write_json
 from pipeline.params import Params, PrepareParams, load_params
-from pipeline.phrase_trees import held_out_sentences
+from pipeline.phrase_trees import inside_any, root_phrases
 from pipeline.tracking import stage_run
 
 BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -124,6 +124,16 @@ def stratified_split(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.D
     return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True)
 
 
+def split_by_sentences(df: pd.DataFrame, fraction: float, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """SST-2 by whole trees: (train, val, dropped). ``fraction`` of the sentences of each label held
+    out (``stratified_split`` of the root phrases), and every other phrase inside a held-out sentence
+    dropped from train, counted in ``dropped``."""
+    texts = df["text"].tolist()
+    _, val = stratified_split(df[root_phrases(texts)], fraction, seed)
+    inside = inside_any(texts, val["text"])  # the held-out sentences and their phrases
+    return df[~inside].reset_index(drop=True), val, int(inside.sum()) - len(val)
+
+
 def sample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
     if n is None or n >= len(df):
         return df
@@ -137,7 +147,7 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     train = clean(read_sst2(sst2_dir / "train.tsv"), cfg.min_chars, labelled=True)
     leaked = train.table["text"].isin(set(dev.table["text"]))
     train.dropped["in_dev"] = int(leaked.sum())
-    train_rest, val, train.dropped["inside_val"] = held_out_sentences(train.table[~leaked].reset_index(drop=True),
+    train_rest, val, train.dropped["inside_val"] = split_by_sentences(train.table[~leaked].reset_index(drop=True),
                                                                       cfg.val_fraction, cfg.seed)
     report["dropped"].update({"sst2_train": train.dropped, "sst2_dev": dev.dropped})
     tables = {
