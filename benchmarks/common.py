@@ -82,12 +82,12 @@ def step_gaps(model: torch.nn.Module, batches: Iterable, loss_fn: Callable, opti
 class TaskData:
     """The task's train / val / test splits, encoded once and shared by every variant."""
 
-    def __init__(self, params: Params, tok: Tokenizer, data: Path) -> None:
+    def __init__(self, params: Params, tok: Tokenizer, data: Path, precision: str = "fp32") -> None:
         self.tok, self.dir = tok, data
         task = params.task
         self.train = encode_train(tok, load_split(data, task, "train"), task)
-        self.val = validation(tok, load_split(data, task, "val"), task)
-        self.test = validation(tok, load_split(data, task, "test"), task)
+        self.val = validation(tok, load_split(data, task, "val"), task, precision)
+        self.test = validation(tok, load_split(data, task, "test"), task, precision)
 
 
 class PrintingTracker:

@@ -22,27 +22,23 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import ROOT, add_params_args, load_with_overrides, parse_overrides
+from common import ROOT, TaskData, add_params_args, load_with_overrides, parse_overrides
 from machine import describe
 
 from minibert.checkpoint import load_model
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.metrics import classification_metrics
-from pipeline.splits import load_split
-from pipeline.stages.finetune import build, train_classifier, validation
-from pipeline.task import encode_train
+from pipeline.params import Params
+from pipeline.stages.finetune import build, train_classifier
 
 
-def one_seed(args: argparse.Namespace, seed: int) -> dict:
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
-    task, cfg = params.task, dataclasses.replace(params.finetune, seed=seed, eval_every=args.eval_every)
+def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int) -> dict:
+    cfg = dataclasses.replace(params.finetune, seed=seed, eval_every=args.eval_every)
     torch.manual_seed(seed)
-    tok = load_tokenizer(args.tokenizer)
     mlm, model_cfg, _ = load_model(args.pretrained)
     model = build(cfg, model_cfg, mlm.backbone)
-    val_logits, val_labels = validation(tok, load_split(args.data, task, "val"), task, cfg.precision)
-    test_logits, test_labels = validation(tok, load_split(args.data, task, "test"), task, cfg.precision)
+    (val_logits, val_labels), (test_logits, test_labels) = data.val, data.test
     curve: list[dict[str, float]] = []
 
     def both(m: torch.nn.Module) -> np.ndarray:  # the validation hook, scoring the test split beside it
@@ -52,11 +48,10 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict:
         return logits
 
     start = time.perf_counter()
-    _, metrics = train_classifier(model, cfg, encode_train(tok, load_split(args.data, task, "train"), task),
-                                  (both, val_labels), NullTracker())
+    _, metrics = train_classifier(model, cfg, data.train, (both, val_labels), NullTracker())
     best = int(np.argmax([c["val"] for c in curve]))  # the first maximum, as train_classifier keeps
     return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": task.name, "seed": seed,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.task.name, "seed": seed,
         "overrides": args.overrides, "eval_every": args.eval_every, "steps": metrics["steps"],
         "seconds": round(time.perf_counter() - start, 1), "curve": curve, "best_index": best,
         "best_step": metrics["best_step"], "test_at_best_val": curve[best]["test"], "test_at_last": curve[-1]["test"],
@@ -73,10 +68,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "val_vs_dev.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    data = TaskData(params, load_tokenizer(args.tokenizer), args.data, params.finetune.precision)  # encoded once
     print("| seed | val / test at each evaluation | best val at step | test there | test at the last | correlation |")
     print("|---|---|---|---|---|---|")
     for seed in args.seeds:
-        row = one_seed(args, seed)
+        row = one_seed(args, params, data, seed)
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         points = " ".join(f"{c['val'] * 100:.1f}/{c['test'] * 100:.1f}" for c in row["curve"])
