@@ -68,10 +68,14 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     if args.profile:
         use_profile(args.profile)
     params = load_params()
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time()
     fetch_data(params.data)
-    result = run_pipeline(params, force=args.force)
-    print(f"\npipeline run {result.run_id}: {time.perf_counter() - started:.0f} s in all")
+    result = run_pipeline(params, force=args.force, started=began)
+    total = time.perf_counter() - started
+    print(f"\npipeline run {result.run_id}: {total:.0f} s in all")
+    if params.deadline.minutes is not None:
+        limit = params.deadline.minutes * 60.0
+        print(f"deadline {params.deadline.minutes:g} min: {'met' if total <= limit else 'missed'} by {abs(limit - total):.0f} s")
     for stage, seconds in result.stage_seconds.items():
         print(f"  {stage:<14} {seconds:8.1f} s")
     evaluation = Path("metrics/evaluate.json")

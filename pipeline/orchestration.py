@@ -6,9 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.deadline import pipeline_deadline
 from pipeline.io import StageError
 from pipeline.params import DataParams, Params
 from pipeline.tracking import pipeline_run, stage_durations
@@ -43,9 +45,11 @@ class PipelineResult:
     stage_seconds: dict[str, float]  # stages that ran (DVC skips the up-to-date ones)
 
 
-def run_pipeline(params: Params, force: bool = False, entry: str = "cli") -> PipelineResult:
-    """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails."""
-    with pipeline_run(params, entry=entry) as run_id:
+def run_pipeline(params: Params, force: bool = False, entry: str = "cli", started: float | None = None) -> PipelineResult:
+    """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails. The run's
+    deadline (``params.deadline``) counts from ``started`` (Unix time; default now), so a caller
+    that fetched the data first passes the time it began."""
+    with pipeline_deadline(params, time.time() if started is None else started), pipeline_run(params, entry=entry) as run_id:
         code = subprocess.run(["dvc", "repro", *(["--force"] if force else [])], env=tool_env()).returncode
         if code != 0:
             raise StageError(f"dvc repro failed (exit {code}); MLflow parent run {run_id} is marked FAILED")

@@ -314,6 +314,35 @@ class PromoteParams:
 
 
 @dataclass(frozen=True)
+class UntimedShareParams:
+    """Of the work outside the training loops, the part done before each budgeted loop starts."""
+
+    pretrain: float = 0.20
+    transfer: float = 0.23
+    finetune: float = 0.25
+    distill: float = 0.83
+
+    def __post_init__(self) -> None:
+        shares = [("pretrain", self.pretrain), ("transfer", self.transfer), ("finetune", self.finetune),
+                  ("distill", self.distill)]
+        check_ranges("deadline.untimed_share_before", self, {name: "(0, 1)" for name, _ in shares})
+        for (first, a), (then, b) in zip(shares, shares[1:], strict=False):
+            if b < a:
+                raise ConfigError(f"deadline.untimed_share_before.{then}: {b} is below {first}'s {a}; the shares "
+                                  "grow in pipeline order (pretrain, transfer, finetune, distill)")
+
+
+@dataclass(frozen=True)
+class DeadlineParams:
+    minutes: float | None = 30.0  # the whole run through `minibert pipeline` / the Prefect flow; None = off
+    floor: float = 0.25  # the least share of its planned budget a training loop keeps
+    untimed_share_before: UntimedShareParams = field(default_factory=UntimedShareParams)
+
+    def __post_init__(self) -> None:
+        check_ranges("deadline", self, {"minutes": "> 0", "floor": "(0, 1]"})
+
+
+@dataclass(frozen=True)
 class TrackingParams:
     experiment: str = "minibert"
 
@@ -335,6 +364,7 @@ class Params:
     report: ReportParams = field(default_factory=ReportParams)
     register: RegisterParams = field(default_factory=RegisterParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
+    deadline: DeadlineParams = field(default_factory=DeadlineParams)
     tracking: TrackingParams = field(default_factory=TrackingParams)
 
     def model_config(self, vocab_size: int) -> ModelConfig:

@@ -132,6 +132,19 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert "sst2 accuracy on the test split of record:" in log
 
 
+def test_the_run_deadline_reaches_every_training_loop(project: tuple[Path, str]) -> None:
+    """The tiny profile's 3-second deadline is always behind: `minibert pipeline` hands the plan
+    through dvc to each stage, and every loop keeps the floor (0.25) of its 10-minute budget."""
+    dest, log = project
+    pretrain, finetune, distill = (json.loads((dest / "metrics" / f"{s}.json").read_text())
+                                   for s in ("pretrain", "finetune", "distill"))
+    for metrics, prefix in ((pretrain, ""), (finetune, "transfer_"), (finetune, ""), (distill, "")):
+        assert metrics[f"{prefix}deadline_scale"] == 0.25, prefix
+        assert metrics[f"{prefix}time_budget_s"] == 150.0
+    assert finetune["transfer_deadline_untimed_s"] < finetune["deadline_untimed_s"] < distill["deadline_untimed_s"]
+    assert re.search(r"^deadline 0.05 min: missed by \d+ s$", log, re.M), log[-2000:]
+
+
 def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> None:
     dest, _ = project
     mlflow, client = client_for(dest)

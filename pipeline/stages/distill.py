@@ -59,7 +59,7 @@ def run(
     targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits], axis=1)
     distiller, metrics = train_classifier(
         distiller, loop_cfg, (train[0], targets), val, tracker, name="distill",
-        step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha),
+        step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
     )
     student = distiller.student.eval()
     (_, teacher_non_embedding), (student_total, student_non_embedding) = parameter_counts(teacher), parameter_counts(student)

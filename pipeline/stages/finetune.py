@@ -39,6 +39,7 @@ from minibert.train_config import LoopConfig
 from minibert.trainer import Hooks, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
 from pipeline.curves import write_curves
+from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
@@ -75,11 +76,13 @@ def train_classifier(
     model: SequenceClassifier, cfg: FinetuneParams, train: tuple[list[list[int]], np.ndarray],
     val: Validation, tracker: Tracker, name: str = "finetune",
     step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
-    world: World | None = None,
+    world: World | None = None, phase: str | None = None,
 ) -> tuple[SequenceClassifier, dict]:
     """Train, scoring ``val`` every ``eval_every`` steps; returns the best model and metrics.
 
     ``train``: encoded sequences and labels (or, for distillation, label + teacher-logit rows).
+    ``phase`` (``pipeline.deadline.PHASES``) names the loop in the pipeline's deadline plan, which
+    may shrink its time budget; None keeps ``cfg.time_budget_min``.
     ``val``: (model -> validation logits, validation labels). ``step`` computes (loss, tokens)
     for a batch (default: cross-entropy on the labels). Under torchrun (``world``) each rank
     trains on its share of every batch of ``cfg.batch_size``; every rank returns the same model.
@@ -103,7 +106,7 @@ def train_classifier(
         return cfg.patience > 0 and n_evals - 1 - best["index"] >= cfg.patience
 
     max_steps = steps_for(len(train[0]), cfg.batch_size * cfg.accumulate, cfg.epochs)
-    budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
+    budget, budget_metrics = budget_s(phase, cfg.time_budget_min)  # shrunk when the pipeline runs behind
     num_layers = len(model.backbone.encoder.layers)
     hooks = Hooks(
         evaluate=evaluate,
@@ -118,6 +121,8 @@ def train_classifier(
         hooks.progress = bar
         result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step or classify_step,
                      cfg.optim, loop, tracker, hooks, world=world)
+    if world.main:
+        record_trained(phase, result.seconds)
     for param in model.parameters():
         param.requires_grad_(True)  # undo any unfreezing schedule cut short
     model.load_state_dict(best["state"])
@@ -131,6 +136,7 @@ def train_classifier(
         "bf16_autocast": result.precision == "bf16",  # precision auto: what this machine got
         "train_seconds": result.seconds,
         "epochs": result.steps * cfg.batch_size * cfg.accumulate / len(train[0]),
+        **budget_metrics,
     }
     return model.eval(), metrics
 
@@ -169,7 +175,8 @@ def transfer_phase(
     phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
     model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
-                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world)
+                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world,
+                                      phase="transfer")
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
 
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         recorder = RecordingTracker(tracker)
         model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world)
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task, cfg.precision),
-                                          recorder, world=world)
+                                          recorder, world=world, phase="finetune")
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return

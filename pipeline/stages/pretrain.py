@@ -41,6 +41,7 @@ from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS, load_tokenizer, v
 from minibert.train_config import LoopConfig
 from minibert.trainer import Checkpointer, Hooks, LoopResult, RecordingTracker, Tracker, fit
 from pipeline.curves import write_curves
+from pipeline.deadline import budget_s, record_trained
 from pipeline.io import read_table
 from pipeline.params import Params, PretrainParams, load_params
 from pipeline.progress import progress_bar
@@ -160,7 +161,7 @@ def run(
     model.to(world.device())  # this rank's GPU when there is one, else the CPU
     set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
-    budget = None if cfg.time_budget_min is None else cfg.time_budget_min * 60.0
+    budget, budget_metrics = budget_s("pretrain", cfg.time_budget_min)  # shrunk when the pipeline runs behind
     if cfg.max_steps == 0:  # no MLM steps: the encoder is its initialisation (count-based vectors, if asked for)
         model.eval()
         with torch.no_grad():
@@ -176,6 +177,8 @@ def run(
                            checkpoint_every=cfg.checkpoint_every),
                 tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
             )
+    if world.main and result.steps:
+        record_trained("pretrain", result.seconds)
     final = result.evals[-1][1]
     collapsed = final["token_spread"] < COLLAPSED_SPREAD
     if collapsed:
@@ -197,6 +200,7 @@ def run(
         "approx_tokens_seen": tokens_seen,
         "processes": world.size,
         "collapsed": collapsed,
+        **budget_metrics,
         **init_metrics,
     }
     if result.steps:  # no training loss without a step (and no NaN in the metrics JSON)

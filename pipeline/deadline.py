@@ -1,0 +1,141 @@
+"""The whole pipeline's wall clock: `minibert pipeline` and the Prefect flow give a run a deadline
+(params ``deadline.minutes``), and each training loop that has a time budget (pretraining, the
+fine-tuning transfer phase, fine-tuning, distillation) asks here for its budget when it starts.
+
+On a host that keeps up, a loop gets its planned budget. On one that runs behind (a CPU without
+AVX512-BF16 trains in fp32, and is slower at the work outside the loops too), the loop's budget
+and every later one shrink by one factor, so the run ends when the deadline comes:
+
+    untimed  = (now - started) - seconds the loops before this one trained
+    ahead    = untimed * (1 - share) / share       # the untimed work still to come, estimated
+    scale    = (deadline - now - ahead) / (this loop's and later loops' planned budgets)
+
+``share`` (``deadline.untimed_share_before``) is the part of the work outside the training loops
+(data, tokenizer, PPMI vectors, scoring, export, evaluation, DVC and MLflow) done before the loop
+starts: stable across hosts (pretrain 0.14-0.23, distill 0.66-0.85 in eight default runs on two
+CPU kinds), so the work done so far measures the host. The scale stays within [floor, 1]: a budget
+never grows, and a deadline that cannot be met still leaves each loop ``floor`` of its budget.
+
+The plan travels as a JSON file named by ``MINIBERT_DEADLINE_FILE`` (the stages are ``dvc repro``'s
+subprocesses); each loop adds the seconds it trained. Without the variable (plain ``dvc repro``, a
+benchmark) every loop gets its planned budget. Skipped (up-to-date) stages do no work, so a partial
+rerun reads as a host ahead of schedule: the deadline there is a cap, not a promise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from pipeline.io import StageError, atomic_path
+from pipeline.params import DeadlineParams, Params
+
+ENV = "MINIBERT_DEADLINE_FILE"
+PHASES = ("pretrain", "transfer", "finetune", "distill")  # the budgeted loops, in pipeline order
+
+
+@dataclass(frozen=True)
+class Plan:
+    started: float  # Unix time the pipeline started
+    deadline: float  # Unix time it should end by
+    budgets: dict[str, float]  # planned seconds of each budgeted loop (loops without a budget absent)
+    share_before: dict[str, float]  # of the work outside the loops, the part done before each loop starts
+    floor: float  # the least share of its planned budget a loop keeps
+    trained: dict[str, float] = field(default_factory=dict)  # seconds each finished loop trained
+
+
+@dataclass(frozen=True)
+class Allotment:
+    budget_s: float
+    scale: float  # budget_s / planned
+    untimed_s: float  # work outside the loops so far
+    ahead_s: float  # estimated work outside the loops still to come
+
+
+def allot(plan: Plan, phase: str, planned_s: float, now: float) -> Allotment:
+    """``phase``'s budget at ``now``: ``planned_s`` scaled with the later loops' budgets to fit the deadline."""
+    if phase not in PHASES:
+        raise ValueError(f"unknown phase {phase!r}; expected one of {PHASES}")
+    share = plan.share_before[phase]
+    untimed = max(now - plan.started - sum(plan.trained.values()), 0.0)
+    ahead = untimed * (1.0 - share) / share
+    later = [p for p in PHASES[PHASES.index(phase) + 1:] if p in plan.budgets and p not in plan.trained]
+    planned_left = planned_s + sum(plan.budgets[p] for p in later)
+    scale = min(1.0, max(plan.floor, (plan.deadline - now - ahead) / planned_left)) if planned_left > 0 else 1.0
+    return Allotment(planned_s * scale, scale, untimed, ahead)
+
+
+def plan_for(params: Params, started: float) -> Plan | None:
+    """The plan of a run on ``params`` started at ``started`` (Unix time); None when the deadline is off."""
+    cfg: DeadlineParams = params.deadline
+    if cfg.minutes is None:
+        return None
+    minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
+               "distill": params.distill.time_budget_min,
+               "transfer": params.finetune.transfer.time_budget_min if params.finetune.transfer.task != "none" else None}
+    return Plan(started=started, deadline=started + cfg.minutes * 60.0,
+                budgets={p: minutes[p] * 60.0 for p in PHASES if minutes[p] is not None},
+                share_before=asdict(cfg.untimed_share_before), floor=cfg.floor)
+
+
+def read_plan(path: Path) -> Plan:
+    try:
+        return Plan(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as err:
+        raise StageError(f"{path} (named by {ENV}): not a deadline plan ({err}); unset {ENV} to train on the "
+                         "planned budgets") from None
+
+
+def write_plan(plan: Plan, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(asdict(plan), indent=1))
+
+
+def budget_s(phase: str | None, planned_min: float | None) -> tuple[float | None, dict[str, float]]:
+    """A loop's time budget in seconds (None: none) and the metrics that say how it was set: the
+    planned one, shrunk to the pipeline's deadline when ``MINIBERT_DEADLINE_FILE`` names a plan
+    (and ``phase``, one of ``PHASES``, says which loop this is; None: a loop outside the plan)."""
+    if planned_min is None:
+        return None, {}
+    planned = planned_min * 60.0
+    path = os.environ.get(ENV)
+    if not path or phase is None:
+        return planned, {"time_budget_s": planned}
+    got = allot(read_plan(Path(path)), phase, planned, time.time())
+    return got.budget_s, {"time_budget_s": got.budget_s, "deadline_scale": got.scale,
+                          "deadline_untimed_s": got.untimed_s, "deadline_ahead_s": got.ahead_s}
+
+
+def record_trained(phase: str | None, seconds: float) -> None:
+    """Add a finished loop's training seconds to the plan (no-op without one, or for ``phase`` None)."""
+    path = os.environ.get(ENV)
+    if path and phase is not None:
+        plan = read_plan(Path(path))
+        write_plan(replace(plan, trained={**plan.trained, phase: seconds}), Path(path))
+
+
+@contextlib.contextmanager
+def pipeline_deadline(params: Params, started: float) -> Iterator[Plan | None]:
+    """While open, the stages started from this process see the run's plan (a temp file via ``ENV``)."""
+    plan = plan_for(params, started)
+    if plan is None:
+        yield None
+        return
+    previous = os.environ.get(ENV)
+    with tempfile.TemporaryDirectory(prefix="minibert-deadline-") as tmp:
+        path = Path(tmp) / "plan.json"
+        write_plan(plan, path)
+        os.environ[ENV] = str(path)
+        try:
+            yield plan
+        finally:
+            if previous is None:
+                os.environ.pop(ENV, None)
+            else:
+                os.environ[ENV] = previous
