@@ -152,6 +152,7 @@ class LoopResult:
     evals: list[tuple[int, dict[str, float]]]
     resumed_from: int = 0  # step the run resumed at (0: a fresh start)
     precision: str = "fp32"  # what the run used: LoopConfig.precision with "auto" resolved
+    seconds_before_resume: float = 0.0  # of ``seconds``, those the killed run spent (the budget counts them)
 
 
 class Checkpointer:
@@ -331,4 +332,5 @@ def fit(
     if checkpointer is not None and world.main:
         checkpointer.clear()
     world.barrier()
-    return LoopResult(step, time.perf_counter() - start, float(loss_value), stopped_by, evals, resumed_from, precision)
+    return LoopResult(step, time.perf_counter() - start, float(loss_value), stopped_by, evals, resumed_from, precision,
+                      spent_before)

@@ -6,7 +6,7 @@ On a host that keeps up, a loop gets its planned budget. On one that runs behind
 AVX512-BF16 trains in fp32, and is slower at the work outside the loops too), the loop's budget
 and every later one shrink by one factor, so the run ends when the deadline comes:
 
-    untimed  = (now - started) - seconds the loops before this one trained
+    untimed  = (now - started) - seconds the loops of this run trained so far
     ahead    = untimed * (1 - share) / share       # the untimed work still to come, estimated
     scale    = (deadline - now - ahead) / (this loop's and later loops' planned budgets)
 
@@ -19,7 +19,8 @@ never grows, and a deadline that cannot be met still leaves each loop ``floor`` 
 The plan travels as a JSON file named by ``MINIBERT_DEADLINE_FILE`` (the stages are ``dvc repro``'s
 subprocesses); each loop adds the seconds it trained. Without the variable (plain ``dvc repro``, a
 benchmark) every loop gets its planned budget. Skipped (up-to-date) stages do no work, so a partial
-rerun reads as a host ahead of schedule: the deadline there is a cap, not a promise.
+rerun reads as a host ahead of schedule: the deadline there is a cap, not a promise. A retry of
+the same run (Prefect's) reuses the plan it opened, with the loops already trained in it.
 """
 
 from __future__ import annotations
@@ -86,8 +87,15 @@ def plan_for(params: Params, started: float) -> Plan | None:
 
 def read_plan(path: Path) -> Plan:
     try:
-        return Plan(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as err:
+        plan = Plan(**json.loads(path.read_text()))
+        numbers = [plan.started, plan.deadline, plan.floor, *plan.budgets.values(), *plan.trained.values()]
+        if not all(isinstance(v, (int, float)) for v in numbers):
+            raise TypeError("a time, budget or floor is not a number")
+        shares = [plan.share_before.get(p) for p in PHASES]
+        if not all(isinstance(v, (int, float)) and 0 < v < 1 for v in shares):
+            raise ValueError(f"share_before needs each of {PHASES} in (0, 1), got {plan.share_before}")
+        return plan
+    except (OSError, ValueError, TypeError, AttributeError) as err:
         raise StageError(f"{path} (named by {ENV}): not a deadline plan ({err}); unset {ENV} to train on the "
                          "planned budgets") from None
 
@@ -122,20 +130,28 @@ def record_trained(phase: str | None, seconds: float) -> None:
 
 @contextlib.contextmanager
 def pipeline_deadline(params: Params, started: float) -> Iterator[Plan | None]:
-    """While open, the stages started from this process see the run's plan (a temp file via ``ENV``)."""
-    plan = plan_for(params, started)
-    if plan is None:
-        yield None
-        return
+    """While open, the stages started from this process see the run's plan (a temp file via ``ENV``;
+    with ``deadline.minutes`` null, no plan at all, whatever the environment held). A plan already
+    open for the same ``started`` (the run being retried) is kept, with what it recorded."""
     previous = os.environ.get(ENV)
-    with tempfile.TemporaryDirectory(prefix="minibert-deadline-") as tmp:
-        path = Path(tmp) / "plan.json"
-        write_plan(plan, path)
-        os.environ[ENV] = str(path)
-        try:
+    if previous and Path(previous).is_file() and plan_for(params, started) is not None:
+        open_plan = read_plan(Path(previous))
+        if open_plan.started == started:
+            yield open_plan
+            return
+    plan = plan_for(params, started)
+    try:
+        if plan is None:
+            os.environ.pop(ENV, None)
+            yield None
+            return
+        with tempfile.TemporaryDirectory(prefix="minibert-deadline-") as tmp:
+            path = Path(tmp) / "plan.json"
+            write_plan(plan, path)
+            os.environ[ENV] = str(path)
             yield plan
-        finally:
-            if previous is None:
-                os.environ.pop(ENV, None)
-            else:
-                os.environ[ENV] = previous
+    finally:
+        if previous is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = previous

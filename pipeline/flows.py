@@ -21,6 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from minibert.validation import ConfigError
+from pipeline.deadline import pipeline_deadline
 from pipeline.io import StageError
 from pipeline.orchestration import PipelineResult, fetch_data, run_pipeline
 from pipeline.params import load_params
@@ -54,10 +55,16 @@ def retrain_flow(force: bool = False) -> dict[str, object]:
 
     Returns the seconds each (re)run stage took and the gate's decision."""
     started = time.time()  # the deadline (params.deadline) counts the data fetch too
-    fetch_data_task()
-    result = repro_task(force, started)
-    decision = promote_task()
+    params = load_params()
+    with pipeline_deadline(params, started):  # opened here, so that a retried repro_task keeps its record
+        fetch_data_task()
+        result = repro_task(force, started)
     logger = get_run_logger()
+    if params.deadline.minutes is not None:
+        spent, limit = time.time() - started, params.deadline.minutes * 60.0
+        logger.info("deadline %g min: %s by %.0f s", params.deadline.minutes, "met" if spent <= limit else "missed",
+                    abs(limit - spent))
+    decision = promote_task()
     logger.info("MLflow parent run %s; stages run: %s", result.run_id, ", ".join(result.stage_seconds) or "none")
     logger.info("promotion: %s (%s)", "promoted" if decision["promoted"] else "refused", decision["reason"])
     return {"stage_seconds": result.stage_seconds, **decision}

@@ -329,7 +329,7 @@ class UntimedShareParams:
         for (first, a), (then, b) in zip(shares, shares[1:], strict=False):
             if b < a:
                 raise ConfigError(f"deadline.untimed_share_before.{then}: {b} is below {first}'s {a}; the shares "
-                                  "grow in pipeline order (pretrain, transfer, finetune, distill)")
+                                  "never decrease in pipeline order (pretrain, transfer, finetune, distill)")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,8 @@ def test_a_loop_the_profile_leaves_out_reserves_nothing() -> None:
     budgets = {k: v for k, v in BUDGETS.items() if k != "transfer"}
     with_transfer = allot(plan(deadline=1200.0), "pretrain", 300.0, now=100.0)
     without = allot(plan(deadline=1200.0, budgets=budgets), "pretrain", 300.0, now=100.0)
-    assert without.scale > with_transfer.scale
+    assert with_transfer.scale == pytest.approx((1200.0 - 100.0 - 400.0) / 1440.0)
+    assert without.scale == pytest.approx((1200.0 - 100.0 - 400.0) / (300.0 + 360.0 + 360.0))
     with pytest.raises(ValueError, match="unknown phase 'mlm'"):
         allot(plan(), "mlm", 300.0, now=0.0)
 
@@ -101,7 +103,7 @@ def test_without_a_plan_every_loop_gets_its_planned_budget(monkeypatch: pytest.M
     record_trained("pretrain", 1.0)  # no plan: nothing to write, no error
 
 
-def test_stages_read_the_plan_and_record_what_they_trained(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stages_read_the_plan_and_record_what_they_trained(monkeypatch: pytest.MonkeyPatch) -> None:
     params = load_params(ROOT / "params.yaml")
     monkeypatch.delenv(ENV, raising=False)
     with pipeline_deadline(params, started=0.0) as opened:  # started in 1970: far behind
@@ -117,11 +119,37 @@ def test_stages_read_the_plan_and_record_what_they_trained(tmp_path: Path, monke
     assert ENV not in os.environ and not path.exists()
 
 
-def test_a_broken_plan_file_names_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_retried_run_keeps_its_plan_and_a_null_deadline_hides_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    params = load_params(ROOT / "params.yaml")
+    monkeypatch.delenv(ENV, raising=False)
+    with pipeline_deadline(params, started=5.0):
+        outer = Path(os.environ[ENV])
+        record_trained("pretrain", 100.0)
+        with pipeline_deadline(params, started=5.0) as retried:  # Prefect's retry of the repro task
+            assert os.environ[ENV] == str(outer) and retried.trained == {"pretrain": 100.0}
+        assert outer.exists(), "the retry leaves the run's plan to the run"
+        with pipeline_deadline(params, started=6.0) as other:  # another run: a plan of its own
+            assert os.environ[ENV] != str(outer) and other.trained == {}
+        assert os.environ[ENV] == str(outer), "restored"
+        off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
+        with pipeline_deadline(off, started=5.0) as none:
+            assert none is None and ENV not in os.environ
+            assert budget_s("pretrain", 5.0) == (300.0, {"time_budget_s": 300.0})
+        assert os.environ[ENV] == str(outer)
+    assert ENV not in os.environ
+
+
+@pytest.mark.parametrize("broken", [
+    "{",  # not JSON
+    json.dumps({"started": 0.0}),  # keys missing
+    json.dumps({**dataclasses.asdict(plan()), "share_before": {}}),  # no shares
+    json.dumps({**dataclasses.asdict(plan()), "budgets": {"pretrain": "five minutes"}}),
+])
+def test_a_broken_plan_file_names_the_variable(broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "plan.json"
-    bad.write_text(json.dumps({"started": 0.0}))
+    bad.write_text(broken)
     monkeypatch.setenv(ENV, str(bad))
-    with pytest.raises(StageError, match=f"{bad}.*{ENV}"):
+    with pytest.raises(StageError, match=f"{re.escape(str(bad))}.*{ENV}"):
         budget_s("pretrain", 5.0)
 
 
@@ -130,8 +158,9 @@ def test_the_deadline_section_is_checked() -> None:
     assert defaults.deadline.minutes == 30.0
     from minibert.validation import from_dict
 
-    with pytest.raises(ConfigError, match="deadline.minutes"):
-        from_dict(Params, {"deadline": {"minutes": 0}})
+    for bad in ({"minutes": 0}, {"minutes": -5}, {"floor": 0}, {"floor": 1.5}):
+        with pytest.raises(ConfigError, match=f"deadline.{next(iter(bad))}"):
+            from_dict(Params, {"deadline": bad})
     with pytest.raises(ConfigError, match="deadline.untimed_share_before.finetune: 0.1 is below transfer's"):
         from_dict(Params, {"deadline": {"untimed_share_before": {"finetune": 0.1}}})
     with pytest.raises(ConfigError, match="deadline.untimed_share_before.distill"):

@@ -243,6 +243,7 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path, device: str) -> None
     resumed_curve = RecordingTracker()
     result = fit(resumed, _regression_stream(), _mse_step, optim, loop, resumed_curve, checkpointer=checkpointer)
     assert result.resumed_from == 20 and result.steps == 30
+    assert 0.0 < result.seconds_before_resume < result.seconds, "the killed run's seconds count, and are told apart"
     assert [s for s, _ in resumed_curve.series("train_loss")] == [5, 10, 15, 20, 25, 30], "the killed run's logs are replayed"
     assert resumed_curve.series("lr") == full_curve.series("lr")
     for (_, got), (_, want) in zip(resumed_curve.series("train_loss"), full_curve.series("train_loss"), strict=True):

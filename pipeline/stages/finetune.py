@@ -122,7 +122,9 @@ def train_classifier(
         result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step or classify_step,
                      cfg.optim, loop, tracker, hooks, world=world)
     if world.main:
-        record_trained(phase, result.seconds)
+        record_trained(phase, result.seconds - result.seconds_before_resume)
+        # other ranks may read the plan before this lands: their budgets differ by a moment, and
+        # the stop is rank 0's (world.agree)
     for param in model.parameters():
         param.requires_grad_(True)  # undo any unfreezing schedule cut short
     model.load_state_dict(best["state"])
@@ -166,9 +168,10 @@ def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> li
 
 def transfer_phase(
     model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer,
-    splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker, world: World | None = None,
+    splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker, world: World | None = None, phase: str | None = None,
 ) -> tuple[SequenceClassifier, dict]:
-    """Train on the transfer task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``."""
+    """Train on the transfer task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``.
+    ``phase``: as ``train_classifier``'s (the stage passes "transfer")."""
     if not splits:
         return model, {}
     other = transfer_task(cfg.transfer, task)
@@ -176,7 +179,7 @@ def transfer_phase(
     (_, train_df), (_, val_df) = splits
     model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
                                       PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world,
-                                      phase="transfer")
+                                      phase=phase)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
 
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
         model = build(cfg, model_cfg, backbone).to(world.device())  # this rank's GPU when there is one
         recorder = RecordingTracker(tracker)
-        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world)
+        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world, phase="transfer")
         model, metrics = train_classifier(model, cfg, encode_train(tok, train_df, task), validation(tok, val_df, task, cfg.precision),
                                           recorder, world=world, phase="finetune")
         metrics.update(transfer_metrics, processes=world.size)

@@ -178,7 +178,7 @@ def run(
                 tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
             )
     if world.main and result.steps:
-        record_trained("pretrain", result.seconds)
+        record_trained("pretrain", result.seconds - result.seconds_before_resume)  # this run's, not the killed one's
     final = result.evals[-1][1]
     collapsed = final["token_spread"] < COLLAPSED_SPREAD
     if collapsed:
