@@ -175,9 +175,9 @@ def transfer_phase(
     if not splits:
         return model, {}
     other = transfer_task(cfg.transfer, task)
-    phase = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
+    phase_cfg = dataclasses.replace(cfg, epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
-    model, metrics = train_classifier(model, phase, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
+    model, metrics = train_classifier(model, phase_cfg, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
                                       PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world,
                                       phase=phase)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
