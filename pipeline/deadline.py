@@ -128,18 +128,26 @@ def record_trained(phase: str | None, seconds: float) -> None:
         write_plan(replace(plan, trained={**plan.trained, phase: seconds}), Path(path))
 
 
+def verdict(params: Params, seconds: float) -> str | None:
+    """The run summary's line on the deadline (None when it is off)."""
+    minutes = params.deadline.minutes
+    if minutes is None:
+        return None
+    limit = minutes * 60.0
+    return f"deadline {minutes:g} min: {'met' if seconds <= limit else 'missed'} by {abs(limit - seconds):.0f} s"
+
+
 @contextlib.contextmanager
 def pipeline_deadline(params: Params, started: float) -> Iterator[Plan | None]:
     """While open, the stages started from this process see the run's plan (a temp file via ``ENV``;
     with ``deadline.minutes`` null, no plan at all, whatever the environment held). A plan already
     open for the same ``started`` (the run being retried) is kept, with what it recorded."""
-    previous = os.environ.get(ENV)
-    if previous and Path(previous).is_file() and plan_for(params, started) is not None:
+    plan, previous = plan_for(params, started), os.environ.get(ENV)
+    if plan is not None and previous and Path(previous).is_file():
         open_plan = read_plan(Path(previous))
         if open_plan.started == started:
             yield open_plan
             return
-    plan = plan_for(params, started)
     try:
         if plan is None:
             os.environ.pop(ENV, None)

@@ -21,7 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from minibert.validation import ConfigError
-from pipeline.deadline import pipeline_deadline
+from pipeline.deadline import pipeline_deadline, verdict
 from pipeline.io import StageError
 from pipeline.orchestration import PipelineResult, fetch_data, run_pipeline
 from pipeline.params import load_params
@@ -60,10 +60,8 @@ def retrain_flow(force: bool = False) -> dict[str, object]:
         fetch_data_task()
         result = repro_task(force, started)
     logger = get_run_logger()
-    if params.deadline.minutes is not None:
-        spent, limit = time.time() - started, params.deadline.minutes * 60.0
-        logger.info("deadline %g min: %s by %.0f s", params.deadline.minutes, "met" if spent <= limit else "missed",
-                    abs(limit - spent))
+    if (line := verdict(params, time.time() - started)) is not None:
+        logger.info(line)
     decision = promote_task()
     logger.info("MLflow parent run %s; stages run: %s", result.run_id, ", ".join(result.stage_seconds) or "none")
     logger.info("promotion: %s (%s)", "promoted" if decision["promoted"] else "refused", decision["reason"])
