@@ -13,5 +13,6 @@ ACTIVATIONS = ("gelu", "relu")  # layers.ACTIVATIONS
 NORM_STYLES = ("post", "pre")  # layers.NORM_STYLES
 POSITIONS = ("learned", "sinusoidal", "rotary")  # positional.POSITIONS
 SCHEDULES = ("linear", "cosine", "constant")  # trainer.SCHEDULES
+SCHEDULE_CLOCKS = ("steps", "budget")  # the two branches of trainer.build_scheduler
 PRECISIONS = ("fp32", "bf16")  # precision.PRECISIONS
 PRECISION_CHOICES = (*PRECISIONS, "auto")  # what a config may say; "auto" resolves to one of PRECISIONS

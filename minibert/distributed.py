@@ -6,8 +6,8 @@ the world is one process and nothing here does anything. ``fit`` wraps the model
 ``DistributedDataParallel`` when the world has more than one process: each rank trains on its
 shard of every global batch (``EpochStream(shard=...)``), gradients are averaged across ranks
 (with ``no_sync`` on all but the last micro-batch of an accumulation), and only rank 0 logs and
-writes checkpoints. Decisions that must agree (stop on the time budget) are taken by rank 0 and
-broadcast.
+writes checkpoints. Decisions that must agree (stop on the time budget, the LR on a budget clock)
+are taken by rank 0 and broadcast.
 
 torch is imported inside the methods that use it: the pipeline's light stages ask only
 ``World.from_env().main`` (log from rank 0 only) and never load torch.
@@ -79,6 +79,16 @@ class World:
         value = torch.tensor([int(flag)], device=self.device())
         dist.broadcast(value, src=0)
         return bool(value.item())
+
+    def shared(self, value: float) -> float:
+        """Rank 0's ``value``, on every rank (a clock all ranks must read alike)."""
+        import torch
+        import torch.distributed as dist
+        if not self.distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.float64, device=self.device())
+        dist.broadcast(tensor, src=0)
+        return float(tensor.item())
 
     def sum(self, values: list[float]) -> list[float]:
         """Element-wise sums of ``values`` over all ranks, on every rank."""

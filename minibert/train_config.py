@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minibert.choices import PRECISION_CHOICES, SCHEDULES
+from minibert.choices import PRECISION_CHOICES, SCHEDULE_CLOCKS, SCHEDULES
 from minibert.validation import ConfigError, check_choice, check_types
 
 
@@ -23,6 +23,9 @@ class OptimConfig:
     warmup_ratio: float = 0.06  # fraction of max_steps spent warming up linearly from ~0
     schedule: str = "linear"  # decay after warmup: key of trainer.SCHEDULES
     grad_clip: float = 1.0  # max global grad norm; 0 disables
+    # what the schedule's progress counts: steps (step / max_steps) | budget (the larger of that and
+    # elapsed / time budget, so a loop its time budget stops still finishes warmup and decay; Cramming)
+    schedule_clock: str = "steps"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -31,6 +34,7 @@ class OptimConfig:
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ConfigError(f"warmup_ratio: {self.warmup_ratio} must be in [0, 1)")
         check_choice(self.schedule, SCHEDULES, "schedule")
+        check_choice(self.schedule_clock, SCHEDULE_CLOCKS, "schedule_clock")
 
 
 @dataclass(frozen=True)

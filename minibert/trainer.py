@@ -5,8 +5,11 @@ checkpoint / resume.
 
 References: BERT's optimiser recipe (AdamW, no weight decay on biases and LayerNorm weights,
 linear warmup then linear decay); the wall-clock budget follows Cramming (Geiping & Goldstein
-2022): training stops when the budget is spent, and the schedule is laid out over ``max_steps``.
-LR schedules are torch's own (``LinearLR``, ``CosineAnnealingLR``, ``SequentialLR``).
+2022): training stops when the budget is spent. The schedule is laid out over ``max_steps``
+(``schedule_clock: steps``: torch's own ``LinearLR``, ``CosineAnnealingLR``, ``SequentialLR``) or,
+as in Cramming, over whichever runs out first, the steps or the time budget (``schedule_clock:
+budget``: the same curve in closed form, ``lr_factor``, at the larger of the two progresses), so a
+loop the budget stops still ends its decay instead of being cut at a high learning rate.
 Side effects (metrics) go through a ``Tracker``; ``NullTracker`` records nothing.
 """
 
@@ -85,6 +88,20 @@ SCHEDULES: dict[str, Callable[[torch.optim.Optimizer, int], LRScheduler]] = {
 }
 
 
+def lr_factor(schedule: str, warmup: int, max_steps: int, at: float) -> float:
+    """The LR multiplier of ``build_scheduler``'s step schedule at step ``at``, in closed form, so
+    that ``at`` may be fractional (a progress measured in time): a linear ramp from 1 / (warmup + 1)
+    to 1 over ``warmup`` steps, then ``schedule`` over the rest, held at its end value past it."""
+    if at < warmup:
+        return (1.0 + at) / (warmup + 1)
+    done = min(max(at - warmup, 0.0) / max(max_steps - warmup, 1), 1.0)
+    if schedule == "linear":
+        return 1.0 - done
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * done))
+    return 1.0
+
+
 def _no_decay(name: str, param: Tensor) -> bool:
     return param.dim() < 2 or "norm" in name  # biases, LayerNorm weights and gains
 
@@ -110,9 +127,19 @@ def build_optimizer(
     return torch.optim.AdamW(param_groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=True if on_gpu else None)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_steps: int) -> LRScheduler:
-    """Linear warmup over warmup_ratio * max_steps, then the configured decay to the end."""
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: OptimConfig, max_steps: int, time_progress: Callable[[], float] | None = None
+) -> LRScheduler:
+    """Linear warmup over warmup_ratio * max_steps, then the configured decay to the end.
+
+    With ``schedule_clock: budget`` and a ``time_progress`` (the fraction of the time budget spent,
+    0 to 1), the schedule stands at step max(step, time_progress() * max_steps): the curve is the
+    same, and it ends when the steps or the time run out, whichever comes first.
+    """
     warmup = int(math.ceil(cfg.warmup_ratio * max_steps))
+    if cfg.schedule_clock == "budget" and time_progress is not None:
+        return LambdaLR(optimizer, lambda step: lr_factor(cfg.schedule, warmup, max_steps,
+                                                          max(float(step), time_progress() * max_steps)))
     decay = SCHEDULES[cfg.schedule](optimizer, max_steps - warmup)
     if warmup == 0:
         return decay
@@ -232,7 +259,10 @@ def fit(
     device = next(model.parameters()).device
     precision = resolve_precision(loop.precision, device)
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
-    scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps)
+    elapsed = 0.0  # rank 0's seconds of training at the top of the current step (the budget clock)
+    budget = loop.time_budget_s
+    scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps,
+                                None if budget is None else lambda: elapsed / budget if budget > 0 else 1.0)
     evals: list[tuple[int, dict[str, float]]] = []
     logged: list[tuple[int, dict[str, float]]] = []  # every (step, metrics) given to the tracker, kept for a resume
 
@@ -275,9 +305,11 @@ def fit(
 
     model.train()
     while step < loop.max_steps:
-        if loop.time_budget_s is not None and world.agree(time.perf_counter() - start >= loop.time_budget_s):
-            stopped_by = "time_budget"
-            break
+        if budget is not None:
+            elapsed = world.shared(time.perf_counter() - start)  # every rank stops, and sets its LR, on rank 0's clock
+            if elapsed >= budget:
+                stopped_by = "time_budget"
+                break
         if hooks.before_step is not None:
             hooks.before_step(step)
         optimizer.zero_grad(set_to_none=True)

@@ -67,6 +67,17 @@ def test_a_killed_two_process_run_resumes_and_ends_like_an_uninterrupted_one(tmp
     assert refused.returncode != 0 and "was written by a run of 2 process(es), this one has 1" in refused.stderr
 
 
+def test_two_processes_read_one_budget_clock(tmp_path: Path) -> None:
+    """A schedule on the budget clock: rank 1 starts 0.3 s after rank 0, yet both set their LR
+    (and stop) on rank 0's clock, so they end with the same weights, bit for bit."""
+    train(tmp_path / "two", 2, "--budget", "1.5", "--steps", "100000")
+    rank0, rank1 = (load_file(str(tmp_path / "two" / f"model.rank{r}.safetensors")) for r in (0, 1))
+    for name, tensor in rank0.items():
+        assert torch.equal(rank1[name], tensor), name
+    lrs = [row["lr"] for row in map(json.loads, (tmp_path / "two" / "log.rank0.jsonl").read_text().splitlines())]
+    assert len(lrs) >= 5 and max(lrs) > 5 * lrs[-1], "the decay ends with the budget"
+
+
 def _leftover(tmp_path: Path) -> Path:
     """A 2-process checkpoint left behind by a killed run."""
     checkpoint = tmp_path / "leftover.pt"

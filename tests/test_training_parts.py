@@ -24,6 +24,7 @@ from minibert.trainer import (
     build_optimizer,
     build_scheduler,
     fit,
+    lr_factor,
 )
 from minibert.validation import ConfigError
 
@@ -120,11 +121,54 @@ def test_schedule_warms_up_then_decays(schedule: str, last: float) -> None:
     assert math.isclose(sched.get_last_lr()[0], last, abs_tol=1e-6)
 
 
+def _lrs(sched: torch.optim.lr_scheduler.LRScheduler, steps: int, before_step=lambda step: None) -> list[float]:
+    """The LR each of ``steps`` optimizer steps runs at."""
+    lrs = []
+    for step in range(steps):
+        before_step(step)
+        lrs.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "constant"])
+@pytest.mark.parametrize("warmup_ratio, max_steps", [(0.0, 1), (0.0, 23), (0.1, 10), (0.1, 100), (0.3, 37)])
+def test_the_closed_form_schedule_is_torchs_step_schedule(schedule: str, warmup_ratio: float, max_steps: int) -> None:
+    """lr_factor (what the budget clock evaluates at fractional steps) against torch's
+    LinearLR / CosineAnnealingLR / SequentialLR, step by step."""
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    torch_lrs = _lrs(build_scheduler(opt, OptimConfig(lr=1.0, warmup_ratio=warmup_ratio, schedule=schedule), max_steps), max_steps)
+    warmup = math.ceil(warmup_ratio * max_steps)
+    np.testing.assert_allclose(torch_lrs, [lr_factor(schedule, warmup, max_steps, s) for s in range(max_steps)], atol=1e-9)
+
+
+def test_the_budget_clock_follows_whichever_progress_leads() -> None:
+    """Steps ahead of time: the step schedule. Time ahead of steps: the schedule at the time's
+    step, so the decay ends when the budget does; the clock never runs the schedule backwards."""
+    clock = {"progress": 0.0}
+    cfg = OptimConfig(lr=1.0, warmup_ratio=0.1, schedule="linear", schedule_clock="budget")
+    steps_cfg = OptimConfig(lr=1.0, warmup_ratio=0.1, schedule="linear")
+
+    def sched(c: OptimConfig):
+        return build_scheduler(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0), c, 100, lambda: clock["progress"])
+
+    np.testing.assert_allclose(_lrs(sched(cfg), 100), _lrs(sched(steps_cfg), 100), atol=1e-12)  # time stands still
+    budget_lrs = _lrs(sched(cfg), 50, lambda step: clock.update(progress=(step + 1) / 50))  # time runs 2x the steps
+    assert budget_lrs[5] > lr_factor("linear", 10, 100, 5)  # warmup ends by time, at step 5 instead of 10
+    np.testing.assert_allclose(budget_lrs[20:], [lr_factor("linear", 10, 100, 2 * s) for s in range(20, 50)], atol=1e-9)
+    assert budget_lrs[-1] < 0.025  # the last step runs at 2 / 90 of the peak: the step of time 49 / 50
+    clock["progress"] = 0.0
+    assert sched(steps_cfg).get_last_lr() == sched(OptimConfig(lr=1.0, warmup_ratio=0.1, schedule_clock="steps")).get_last_lr()
+
+
 def test_optim_config_validates() -> None:
     with pytest.raises(ConfigError, match=r"schedule: 'step' is not one of \['linear', 'cosine', 'constant'\]"):
         OptimConfig(schedule="step")
     with pytest.raises(ConfigError, match="warmup_ratio"):
         OptimConfig(warmup_ratio=1.0)
+    with pytest.raises(ConfigError, match=r"schedule_clock: 'time' is not one of \['steps', 'budget'\]"):
+        OptimConfig(schedule_clock="time")
 
 
 def _toy_stream(w: torch.Tensor):
@@ -195,6 +239,29 @@ def test_fit_stops_when_the_time_budget_is_spent() -> None:
     result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(), LoopConfig(max_steps=10_000, time_budget_s=0.2),
                  RecordingTracker())
     assert result.stopped_by == "time_budget" and 3 <= result.steps < 20
+
+
+@pytest.mark.parametrize("clock", ["steps", "budget"])
+def test_a_budget_clock_ends_the_decay_when_the_time_budget_stops_the_loop(clock: str) -> None:
+    """10,000 planned steps, a budget that allows ~15: the step clock stops at the peak LR, the
+    budget clock has decayed it to about one step's share of the budget."""
+    model = torch.nn.Linear(4, 1)
+
+    def slow_step(m, batch):
+        time.sleep(0.02)
+        x, y = batch
+        return F.mse_loss(m(x), y), len(x)
+
+    tracker = RecordingTracker()
+    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step,
+                 OptimConfig(lr=1e-3, warmup_ratio=0.0, schedule_clock=clock),
+                 LoopConfig(max_steps=10_000, time_budget_s=0.3, log_every=1), tracker)
+    lrs = [lr for _, lr in tracker.series("lr")]
+    assert result.stopped_by == "time_budget" and len(lrs) == result.steps >= 5
+    if clock == "steps":
+        assert min(lrs) > 0.99e-3
+    else:
+        assert all(a > b for a, b in zip(lrs, lrs[1:])) and lrs[-1] < 0.3e-3
 
 
 def _regression_stream(seed: int = 0) -> EpochStream:

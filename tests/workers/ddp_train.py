@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--accumulate", type=int, default=2)
     parser.add_argument("--checkpoint", type=Path)
+    parser.add_argument("--budget", type=float, help="seconds; the schedule runs on the budget clock, and each rank writes its weights")
     parser.add_argument("--crash-at", type=int, help="rank 0 dies (os._exit) before this step: a killed run")
     args = parser.parse_args()
     world = World.from_env()
@@ -70,12 +72,17 @@ def main() -> None:
         if world.main and step == args.crash_at:
             os._exit(9)
 
+    if args.budget and world.rank == 1:
+        time.sleep(0.3)  # rank 1's own clock would lag rank 0's by this much
     stream = EpochStream([len(s) for s in sequences], args.batch_size, 0, make, shard=(world.rank, world.size))
     result = fit(model, stream, lambda m, b: (F.cross_entropy(m(b[0], b[1]), b[2]), int(b[1].sum())),
-                 OptimConfig(lr=1e-3, warmup_ratio=0.1), LoopConfig(max_steps=args.steps, log_every=1,
+                 OptimConfig(lr=1e-3, warmup_ratio=0.1, schedule_clock="budget" if args.budget else "steps"),
+                 LoopConfig(max_steps=args.steps, log_every=1, time_budget_s=args.budget,
                  accumulate=args.accumulate, checkpoint_every=4 if args.checkpoint else 0),
                  FileTracker(args.out / f"log.rank{world.rank}.jsonl"), Hooks(before_step=crash),
                  checkpointer=Checkpointer(args.checkpoint, "ddp-test") if args.checkpoint else None, world=world)
+    if args.budget:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(args.out / f"model.rank{world.rank}.safetensors"))
     if world.main:
         (args.out / "resumed_from.txt").write_text(str(result.resumed_from))
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(args.out / "model.safetensors"))
