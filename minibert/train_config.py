@@ -39,7 +39,7 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class LoopConfig:
-    max_steps: int  # optimizer steps; the LR schedule is laid out over them
+    max_steps: int  # optimizer steps; the LR schedule is laid out over them (and the time budget: OptimConfig.schedule_clock)
     time_budget_s: float | None = None  # stop early when spent (Cramming-style); None = no limit
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate only at the end

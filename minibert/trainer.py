@@ -134,7 +134,9 @@ def build_scheduler(
 
     With ``schedule_clock: budget`` and a ``time_progress`` (the fraction of the time budget spent,
     0 to 1), the schedule stands at step max(step, time_progress() * max_steps): the curve is the
-    same, and it ends when the steps or the time run out, whichever comes first.
+    same, and warmup and decay end when the steps or the time run out, whichever comes first.
+    Warmup follows the time too: counted in steps, it would never end in a loop whose
+    ``max_steps`` is a loose bound and whose budget is what stops it.
     """
     warmup = int(math.ceil(cfg.warmup_ratio * max_steps))
     if cfg.schedule_clock == "budget" and time_progress is not None:
@@ -259,8 +261,10 @@ def fit(
     device = next(model.parameters()).device
     precision = resolve_precision(loop.precision, device)
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
-    elapsed = 0.0  # rank 0's seconds of training at the top of the current step (the budget clock)
-    budget = loop.time_budget_s
+    elapsed = 0.0  # rank 0's seconds of training, read before each stop check and each LR update
+    # rank 0's budget on every rank: under the pipeline deadline each rank works its budget out a moment apart
+    budget = None if loop.time_budget_s is None else world.shared(loop.time_budget_s)
+    budget_clock = budget is not None and optim_cfg.schedule_clock == "budget"
     scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps,
                                 None if budget is None else lambda: elapsed / budget if budget > 0 else 1.0)
     evals: list[tuple[int, dict[str, float]]] = []
@@ -306,7 +310,7 @@ def fit(
     model.train()
     while step < loop.max_steps:
         if budget is not None:
-            elapsed = world.shared(time.perf_counter() - start)  # every rank stops, and sets its LR, on rank 0's clock
+            elapsed = world.shared(time.perf_counter() - start)  # every rank stops on rank 0's clock
             if elapsed >= budget:
                 stopped_by = "time_budget"
                 break
@@ -332,6 +336,8 @@ def fit(
             if optim_cfg.grad_clip > 0 else None
         )
         optimizer.step()
+        if budget_clock:
+            elapsed = world.shared(time.perf_counter() - start)  # the next step's LR, by the time now
         scheduler.step()
         step += 1
         window_loss, window_tokens, window_steps = window_loss + loss_value, window_tokens + tokens, window_steps + 1

@@ -68,8 +68,9 @@ def test_a_killed_two_process_run_resumes_and_ends_like_an_uninterrupted_one(tmp
 
 
 def test_two_processes_read_one_budget_clock(tmp_path: Path) -> None:
-    """A schedule on the budget clock: rank 1 starts 0.3 s after rank 0, yet both set their LR
-    (and stop) on rank 0's clock, so they end with the same weights, bit for bit."""
+    """A schedule on the budget clock: rank 1's clock runs fast and its budget is twice rank 0's,
+    yet both stop and set their LR on rank 0's budget and clock, so they end with the same
+    weights, bit for bit (on their own clocks they would stop at different steps, and one would hang)."""
     train(tmp_path / "two", 2, "--budget", "1.5", "--steps", "100000")
     rank0, rank1 = (load_file(str(tmp_path / "two" / f"model.rank{r}.safetensors")) for r in (0, 1))
     for name, tensor in rank0.items():

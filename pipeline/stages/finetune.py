@@ -124,7 +124,7 @@ def train_classifier(
     if world.main:
         record_trained(phase, result.seconds - result.seconds_before_resume)
         # other ranks may read the plan before this lands: their budgets differ by a moment, and
-        # the stop is rank 0's (world.agree)
+        # fit trains every rank on rank 0's budget and clock
     for param in model.parameters():
         param.requires_grad_(True)  # undo any unfreezing schedule cut short
     model.load_state_dict(best["state"])
