@@ -5,7 +5,8 @@ checkpoint / resume.
 
 References: BERT's optimiser recipe (AdamW, no weight decay on biases and LayerNorm weights,
 linear warmup then linear decay); the wall-clock budget follows Cramming (Geiping & Goldstein
-2022): training stops when the budget is spent. The schedule is laid out over ``max_steps``
+2022): training stops when the budget is spent, less the time the final evaluation will take
+(timed as the latest one), so the whole loop, final evaluation included, keeps to it. The schedule is laid out over ``max_steps``
 (``schedule_clock: steps``: torch's own ``LinearLR``, ``CosineAnnealingLR``, ``SequentialLR``) or,
 as in Cramming, over whichever runs out first, the steps or the time budget (``schedule_clock:
 budget``: the same curve in closed form, ``lr_factor``, at the larger of the two progresses), so a
@@ -262,11 +263,18 @@ def fit(
     precision = resolve_precision(loop.precision, device)
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     elapsed = 0.0  # rank 0's seconds of training, read before each stop check and each LR update
+    # rank 0's seconds of the latest evaluation: the final one runs after the last step, and must fit in the budget too
+    eval_reserve = 0.0
     # rank 0's budget on every rank: under the pipeline deadline each rank works its budget out a moment apart
     budget = None if loop.time_budget_s is None else world.shared(loop.time_budget_s)
     budget_clock = budget is not None and optim_cfg.schedule_clock == "budget"
-    scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps,
-                                None if budget is None else lambda: elapsed / budget if budget > 0 else 1.0)
+
+    def budget_spent() -> float:  # the share of the training time (the budget less the final evaluation) used so far
+        assert budget is not None
+        left = budget - eval_reserve
+        return elapsed / left if left > 0 else 1.0
+
+    scheduler = build_scheduler(optimizer, optim_cfg, loop.max_steps, None if budget is None else budget_spent)
     evals: list[tuple[int, dict[str, float]]] = []
     logged: list[tuple[int, dict[str, float]]] = []  # every (step, metrics) given to the tracker, kept for a resume
 
@@ -287,6 +295,7 @@ def fit(
         batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
         _set_rng_state(per_rank[world.rank], device)
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
+        eval_reserve = saved.get("eval_seconds", 0.0)
         for at, metrics in saved["logged"]:
             log(metrics, at)
     resumed_from = step
@@ -300,10 +309,13 @@ def fit(
     stopped_by, loss_value, shown_loss = "max_steps", float("nan"), float("nan")  # shown: the last logged mean
 
     def run_eval(at: int) -> None:
+        nonlocal eval_reserve
+        began = time.perf_counter()
         model.eval()
         with torch.no_grad():
             metrics = hooks.evaluate(model)
         model.train()
+        eval_reserve = world.shared(time.perf_counter() - began)
         evals.append((at, metrics))
         log({f"eval_{k}": v for k, v in metrics.items()}, at)
 
@@ -311,7 +323,8 @@ def fit(
     while step < loop.max_steps:
         if budget is not None:
             elapsed = world.shared(time.perf_counter() - start)  # every rank stops on rank 0's clock
-            if elapsed >= budget:
+            # kept back for the final evaluation: as long as the last one took (none yet: nothing)
+            if elapsed + eval_reserve >= budget:
                 stopped_by = "time_budget"
                 break
         if hooks.before_step is not None:
@@ -363,7 +376,7 @@ def fit(
                 checkpointer.save({
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "per_rank": per_rank, "step": step, "seconds": time.perf_counter() - start, "evals": evals,
-                    "logged": logged,
+                    "logged": logged, "eval_seconds": eval_reserve,
                 })
     if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)

@@ -243,6 +243,27 @@ def test_fit_stops_when_the_time_budget_is_spent() -> None:
     assert result.stopped_by == "time_budget" and 3 <= result.steps < 20
 
 
+def test_the_time_budget_keeps_back_the_final_evaluation() -> None:
+    """Steps of 10 ms, evaluations of 300 ms every 30 steps, a 1-s budget: the loop stops at about
+    0.7 s, so its final evaluation ends within the budget (before: the steps ran to 0.9 s and the
+    second evaluation ended at 1.2 s)."""
+    model = torch.nn.Linear(4, 1)
+
+    def slow_step(m, batch):
+        time.sleep(0.01)
+        x, y = batch
+        return F.mse_loss(m(x), y), len(x)
+
+    def slow_eval(m):
+        time.sleep(0.3)
+        return {"score": 1.0}
+
+    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(),
+                 LoopConfig(max_steps=10_000, time_budget_s=1.0, eval_every=30), RecordingTracker(), Hooks(evaluate=slow_eval))
+    assert result.stopped_by == "time_budget" and result.evals[-1][0] == result.steps > 30
+    assert result.seconds <= 1.12, f"the loop took {result.seconds:.2f} s of a 1-s budget"
+
+
 @pytest.mark.parametrize("clock", ["steps", "budget"])
 def test_a_budget_clock_ends_the_decay_when_the_time_budget_stops_the_loop(clock: str) -> None:
     """10,000 planned steps, a budget that allows ~15: the step clock stops at the peak LR, the
