@@ -40,7 +40,7 @@ class OptimConfig:
 @dataclass(frozen=True)
 class LoopConfig:
     max_steps: int  # optimizer steps; the LR schedule is laid out over them (and the time budget: OptimConfig.schedule_clock)
-    time_budget_s: float | None = None  # stop early when spent (Cramming-style); None = no limit
+    time_budget_s: float | None = None  # stop early when spent, the final evaluation included (trainer.fit); None = no limit
     log_every: int = 50
     eval_every: int = 0  # 0: evaluate only at the end
     accumulate: int = 1  # micro-batches per optimizer step (gradient accumulation)

@@ -6,11 +6,13 @@ checkpoint / resume.
 References: BERT's optimiser recipe (AdamW, no weight decay on biases and LayerNorm weights,
 linear warmup then linear decay); the wall-clock budget follows Cramming (Geiping & Goldstein
 2022): training stops when the budget is spent, less the time the final evaluation will take
-(timed as the latest one), so the whole loop, final evaluation included, keeps to it. The schedule is laid out over ``max_steps``
-(``schedule_clock: steps``: torch's own ``LinearLR``, ``CosineAnnealingLR``, ``SequentialLR``) or,
-as in Cramming, over whichever runs out first, the steps or the time budget (``schedule_clock:
-budget``: the same curve in closed form, ``lr_factor``, at the larger of the two progresses), so a
-loop the budget stops still ends its decay instead of being cut at a high learning rate.
+(timed as the latest one; before one has run, estimated from the tokens it reads at the training
+throughput), so the whole loop, final evaluation included, keeps to it. The schedule is laid out
+over ``max_steps`` (``schedule_clock: steps``: torch's own ``LinearLR``, ``CosineAnnealingLR``,
+``SequentialLR``) or, as in Cramming, over whichever runs out first, the steps or the time budget
+(``schedule_clock: budget``: the same curve in closed form, ``lr_factor``, at the larger of the
+two progresses), so a loop the budget stops still ends its decay instead of being cut at a high
+learning rate.
 Side effects (metrics) go through a ``Tracker``; ``NullTracker`` records nothing.
 """
 
@@ -133,9 +135,10 @@ def build_scheduler(
 ) -> LRScheduler:
     """Linear warmup over warmup_ratio * max_steps, then the configured decay to the end.
 
-    With ``schedule_clock: budget`` and a ``time_progress`` (the fraction of the time budget spent,
-    0 to 1), the schedule stands at step max(step, time_progress() * max_steps): the curve is the
-    same, and warmup and decay end when the steps or the time run out, whichever comes first.
+    With ``schedule_clock: budget`` and a ``time_progress`` (the fraction of the training time spent,
+    0 to 1: ``fit`` gives elapsed / (budget less the time kept back for the final evaluation)), the
+    schedule stands at step max(step, time_progress() * max_steps): the curve is the same, and
+    warmup and decay end when the steps or the time run out, whichever comes first.
     Warmup follows the time too: counted in steps, it would never end in a loop whose
     ``max_steps`` is a loose bound and whose budget is what stops it.
     """
@@ -171,6 +174,9 @@ class Hooks:
     adversary: Adversary | None = None
     lr_scale: Callable[[str], float] | None = None  # parameter name -> LR multiplier (e.g. LLRD)
     should_stop: Callable[[], bool] | None = None  # checked after each step, e.g. early stopping
+    # tokens an evaluation reads: until one has been timed, the time kept back for the final evaluation
+    # is estimated from them at the training throughput (0: nothing is kept back until then)
+    evaluate_tokens: int = 0
 
 
 @dataclass
@@ -225,6 +231,17 @@ def _set_rng_state(state: dict[str, Tensor], device: torch.device) -> None:
         torch.cuda.set_rng_state(state["cuda_rng"], device)
 
 
+FORWARD_SHARE = 1.0 / 3.0  # of a training step's time, its forward pass (backward ~2x the forward's FLOPs)
+
+
+def estimate_eval_seconds(eval_tokens: int, train_tokens: float, train_seconds: float) -> float:
+    """Seconds an evaluation over ``eval_tokens`` should take: forward passes only, at the training
+    throughput of ``train_tokens`` in ``train_seconds``."""
+    if train_tokens <= 0 or train_seconds <= 0:
+        return 0.0
+    return FORWARD_SHARE * eval_tokens * train_seconds / train_tokens
+
+
 def _to(batch: tuple[Tensor, ...], device: torch.device) -> tuple[Tensor, ...]:
     return tuple(t.to(device, non_blocking=True) for t in batch)
 
@@ -263,8 +280,10 @@ def fit(
     precision = resolve_precision(loop.precision, device)
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     elapsed = 0.0  # rank 0's seconds of training, read before each stop check and each LR update
-    # rank 0's seconds of the latest evaluation: the final one runs after the last step, and must fit in the budget too
-    eval_reserve = 0.0
+    # rank 0's seconds of the latest evaluation: the final one runs after the last step, and must fit in the budget too.
+    # Until one has been timed, estimated at each log step from ``hooks.evaluate_tokens`` (else 0); on the budget
+    # clock, each new value moves the LR by its share of the budget
+    eval_reserve, eval_timed = 0.0, False
     # rank 0's budget on every rank: under the pipeline deadline each rank works its budget out a moment apart
     budget = None if loop.time_budget_s is None else world.shared(loop.time_budget_s)
     budget_clock = budget is not None and optim_cfg.schedule_clock == "budget"
@@ -295,7 +314,7 @@ def fit(
         batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
         _set_rng_state(per_rank[world.rank], device)
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
-        eval_reserve = saved.get("eval_seconds", 0.0)
+        eval_reserve, eval_timed = saved.get("eval_seconds", 0.0), saved.get("eval_timed", False)
         for at, metrics in saved["logged"]:
             log(metrics, at)
     resumed_from = step
@@ -309,13 +328,13 @@ def fit(
     stopped_by, loss_value, shown_loss = "max_steps", float("nan"), float("nan")  # shown: the last logged mean
 
     def run_eval(at: int) -> None:
-        nonlocal eval_reserve
+        nonlocal eval_reserve, eval_timed
         began = time.perf_counter()
         model.eval()
         with torch.no_grad():
             metrics = hooks.evaluate(model)
         model.train()
-        eval_reserve = world.shared(time.perf_counter() - began)
+        eval_reserve, eval_timed = world.shared(time.perf_counter() - began), True
         evals.append((at, metrics))
         log({f"eval_{k}": v for k, v in metrics.items()}, at)
 
@@ -359,6 +378,9 @@ def fit(
             # every rank's share of the global batch
             loss_sum, tokens_sum = world.sum([float(window_loss), float(window_tokens)])
             shown_loss = loss_sum / world.size / window_steps
+            if budget is not None and hooks.evaluate_tokens and not eval_timed:
+                eval_reserve = world.shared(estimate_eval_seconds(hooks.evaluate_tokens, tokens_sum / world.size,
+                                                                  now - window_start))
             log({"train_loss": shown_loss, "lr": scheduler.get_last_lr()[0],
                  "grad_norm": float("nan") if grad_norm is None else float(grad_norm),
                  "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)}, step)
@@ -376,7 +398,7 @@ def fit(
                 checkpointer.save({
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "per_rank": per_rank, "step": step, "seconds": time.perf_counter() - start, "evals": evals,
-                    "logged": logged, "eval_seconds": eval_reserve,
+                    "logged": logged, "eval_seconds": eval_reserve, "eval_timed": eval_timed,
                 })
     if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)

@@ -23,6 +23,7 @@ from minibert.trainer import (
     RecordingTracker,
     build_optimizer,
     build_scheduler,
+    estimate_eval_seconds,
     fit,
     lr_factor,
 )
@@ -244,24 +245,48 @@ def test_fit_stops_when_the_time_budget_is_spent() -> None:
 
 
 def test_the_time_budget_keeps_back_the_final_evaluation() -> None:
-    """Steps of 10 ms, evaluations of 300 ms every 30 steps, a 1-s budget: the loop stops at about
-    0.7 s, so its final evaluation ends within the budget (before: the steps ran to 0.9 s and the
-    second evaluation ended at 1.2 s)."""
+    """Steps of 20 ms, evaluations of 600 ms every 30 steps, a 2-s budget: the loop stops at about
+    1.4 s, so its final evaluation ends within the budget (before: the steps ran to 1.8 s and the
+    second evaluation ended at 2.4 s)."""
     model = torch.nn.Linear(4, 1)
 
     def slow_step(m, batch):
-        time.sleep(0.01)
+        time.sleep(0.02)
         x, y = batch
         return F.mse_loss(m(x), y), len(x)
 
     def slow_eval(m):
-        time.sleep(0.3)
+        time.sleep(0.6)
         return {"score": 1.0}
 
     result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(),
-                 LoopConfig(max_steps=10_000, time_budget_s=1.0, eval_every=30), RecordingTracker(), Hooks(evaluate=slow_eval))
+                 LoopConfig(max_steps=10_000, time_budget_s=2.0, eval_every=30), RecordingTracker(), Hooks(evaluate=slow_eval))
     assert result.stopped_by == "time_budget" and result.evals[-1][0] == result.steps > 30
-    assert result.seconds <= 1.12, f"the loop took {result.seconds:.2f} s of a 1-s budget"
+    assert result.seconds <= 2.25, f"the loop took {result.seconds:.2f} s of a 2-s budget"
+
+
+def test_before_any_evaluation_the_kept_back_time_is_estimated_from_its_tokens() -> None:
+    """No periodic evaluation: the final one (600 ms, over 2,880 tokens) is estimated at the training
+    throughput (32 tokens a 20-ms step: a forward pass over 2,880 tokens ~ 0.6 s), so the loop stops
+    at about 1.4 s of its 2-s budget; without the estimate it ends at 2.6 s."""
+    model = torch.nn.Linear(4, 1)
+
+    def slow_step(m, batch):
+        time.sleep(0.02)
+        x, y = batch
+        return F.mse_loss(m(x), y), len(x)
+
+    def slow_eval(m):
+        time.sleep(0.6)
+        return {"score": 1.0}
+
+    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(),
+                 LoopConfig(max_steps=10_000, time_budget_s=2.0, log_every=5), RecordingTracker(),
+                 Hooks(evaluate=slow_eval, evaluate_tokens=2880))
+    assert result.stopped_by == "time_budget" and [at for at, _ in result.evals] == [result.steps]
+    assert result.seconds <= 2.25, f"the loop took {result.seconds:.2f} s of a 2-s budget"
+    assert estimate_eval_seconds(2880, 32 * 5, 0.1) == pytest.approx(0.6)
+    assert estimate_eval_seconds(2880, 0, 0.0) == 0.0
 
 
 @pytest.mark.parametrize("clock", ["steps", "budget"])

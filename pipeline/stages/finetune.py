@@ -20,6 +20,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -34,10 +35,11 @@ from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
 from minibert.model import Backbone, SequenceClassifier, build_classifier
-from minibert.tokenizer import load_tokenizer, vocabulary_digest
+from minibert.tokenizer import CLS, SEP, load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import Hooks, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
+from minibert.windows import document_windows
 from pipeline.curves import write_curves
 from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
@@ -65,7 +67,12 @@ def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple
     return F.cross_entropy(model(ids, mask), labels), mask.sum()  # a tensor: no host sync on a GPU
 
 
-Validation = tuple[Callable[[SequenceClassifier], np.ndarray], np.ndarray]  # (model -> logits, labels)
+class Validation(NamedTuple):
+    """What a loop scores itself on: (model -> logits, labels); a plain 2-tuple works too."""
+
+    logits: Callable[[SequenceClassifier], np.ndarray]
+    labels: np.ndarray
+    tokens: int = 0  # tokens its windows hold: the final pass's time is kept back from the budget by them (trainer.fit)
 
 
 def steps_for(rows: int, batch_size: int, epochs: float) -> int:
@@ -110,6 +117,7 @@ def train_classifier(
     num_layers = len(model.backbone.encoder.layers)
     hooks = Hooks(
         evaluate=evaluate,
+        evaluate_tokens=val.tokens if isinstance(val, Validation) else 0,
         lr_scale=llrd_scale(num_layers, cfg.llrd) if cfg.llrd < 1.0 else None,
         before_step=GradualUnfreezing(model, cfg.unfreeze_every) if cfg.unfreeze_every else None,
         adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
@@ -189,10 +197,13 @@ def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | No
 
 
 def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: str = "fp32") -> Validation:
-    """(model -> logits on ``df`` through the task's sliding windows, labels); ``precision`` as the
-    training loop's, so that a bf16 run's validation passes inside its time budget run in bf16 too."""
+    """(model -> logits on ``df`` through the task's sliding windows, labels, tokens the windows
+    hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
+    time budget run in bf16 too."""
     docs = encode_documents(tok, df["text"].tolist())
-    return (lambda m: document_logits(m, tok, task, 128, precision)(docs)), df["label"].to_numpy()
+    windows, _ = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
+    return Validation(lambda m: document_logits(m, tok, task, 128, precision)(docs), df["label"].to_numpy(),
+                      sum(len(w) for w in windows))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -175,7 +175,9 @@ def run(
                 LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every,
                            eval_every=cfg.eval_every, accumulate=cfg.accumulate, precision=cfg.precision,
                            checkpoint_every=cfg.checkpoint_every),
-                tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar), checkpointer, world,
+                tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar,
+                               evaluate_tokens=int(sum(int(b[1].sum()) for b in eval_batches))),
+                checkpointer, world,
             )
     if world.main and result.steps:
         record_trained("pretrain", result.seconds - result.seconds_before_resume)  # this run's, not the killed one's

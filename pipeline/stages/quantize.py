@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel)
-        val_logits, labels = validation(tok, load_split(args.data, params.task, "val"), params.task)
+        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), params.task)
         threads = params.export.threads
         accuracy = {
             name: classification_metrics(labels, val_logits(model))["accuracy"]
