@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,8 +30,16 @@ def train(out: Path, processes: int, *extra: str, check: bool = True) -> subproc
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] if processes > 1 else [sys.executable]
-    result = subprocess.run([*launcher, str(WORKER), "--out", str(out), "--tokenizer", str(tokenizer), *extra], env=env, capture_output=True, text=True,
-                            timeout=300)
+    command = [*launcher, str(WORKER), "--out", str(out), "--tokenizer", str(tokenizer), *extra]
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too: a hung run must not outlive its test
+            proc.communicate()
+            raise
+    result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     assert result.returncode == 0 or not check, result.stderr[-4000:]
     return result
 

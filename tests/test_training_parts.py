@@ -231,15 +231,23 @@ def test_fit_reads_values_back_only_when_it_logs(monkeypatch: pytest.MonkeyPatch
     assert tracker.series("tokens_per_s")[0][1] > 0 and math.isfinite(result.last_loss)
 
 
+def _slow_step(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, int]:
+    """A 20-ms training step on the toy regression: loops whose time budget is what stops them."""
+    time.sleep(0.02)
+    x, y = batch
+    return F.mse_loss(m(x), y), len(x)
+
+
+def _slow_eval(m: torch.nn.Module) -> dict[str, float]:
+    """A 600-ms evaluation."""
+    time.sleep(0.6)
+    return {"score": 1.0}
+
+
 def test_fit_stops_when_the_time_budget_is_spent() -> None:
     model = torch.nn.Linear(4, 1)
 
-    def slow_step(m, batch):
-        time.sleep(0.02)
-        x, y = batch
-        return F.mse_loss(m(x), y), len(x)
-
-    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(), LoopConfig(max_steps=10_000, time_budget_s=0.2),
+    result = fit(model, _toy_stream(torch.ones(4, 1)), _slow_step, OptimConfig(), LoopConfig(max_steps=10_000, time_budget_s=0.2),
                  RecordingTracker())
     assert result.stopped_by == "time_budget" and 3 <= result.steps < 20
 
@@ -250,17 +258,8 @@ def test_the_time_budget_keeps_back_the_final_evaluation() -> None:
     second evaluation ended at 2.4 s)."""
     model = torch.nn.Linear(4, 1)
 
-    def slow_step(m, batch):
-        time.sleep(0.02)
-        x, y = batch
-        return F.mse_loss(m(x), y), len(x)
-
-    def slow_eval(m):
-        time.sleep(0.6)
-        return {"score": 1.0}
-
-    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(),
-                 LoopConfig(max_steps=10_000, time_budget_s=2.0, eval_every=30), RecordingTracker(), Hooks(evaluate=slow_eval))
+    result = fit(model, _toy_stream(torch.ones(4, 1)), _slow_step, OptimConfig(),
+                 LoopConfig(max_steps=10_000, time_budget_s=2.0, eval_every=30), RecordingTracker(), Hooks(evaluate=_slow_eval))
     assert result.stopped_by == "time_budget" and result.evals[-1][0] == result.steps > 30
     assert result.seconds <= 2.25, f"the loop took {result.seconds:.2f} s of a 2-s budget"
 
@@ -271,18 +270,9 @@ def test_before_any_evaluation_the_kept_back_time_is_estimated_from_its_tokens()
     at about 1.4 s of its 2-s budget; without the estimate it ends at 2.6 s."""
     model = torch.nn.Linear(4, 1)
 
-    def slow_step(m, batch):
-        time.sleep(0.02)
-        x, y = batch
-        return F.mse_loss(m(x), y), len(x)
-
-    def slow_eval(m):
-        time.sleep(0.6)
-        return {"score": 1.0}
-
-    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step, OptimConfig(),
+    result = fit(model, _toy_stream(torch.ones(4, 1)), _slow_step, OptimConfig(),
                  LoopConfig(max_steps=10_000, time_budget_s=2.0, log_every=5), RecordingTracker(),
-                 Hooks(evaluate=slow_eval, evaluate_tokens=2880))
+                 Hooks(evaluate=_slow_eval, evaluate_tokens=2880))
     assert result.stopped_by == "time_budget" and [at for at, _ in result.evals] == [result.steps]
     assert result.seconds <= 2.25, f"the loop took {result.seconds:.2f} s of a 2-s budget"
     assert estimate_eval_seconds(2880, 32 * 5, 0.1) == pytest.approx(0.6)
@@ -295,13 +285,8 @@ def test_a_budget_clock_ends_the_decay_when_the_time_budget_stops_the_loop(clock
     budget clock has decayed it to about one step's share of the budget."""
     model = torch.nn.Linear(4, 1)
 
-    def slow_step(m, batch):
-        time.sleep(0.02)
-        x, y = batch
-        return F.mse_loss(m(x), y), len(x)
-
     tracker = RecordingTracker()
-    result = fit(model, _toy_stream(torch.ones(4, 1)), slow_step,
+    result = fit(model, _toy_stream(torch.ones(4, 1)), _slow_step,
                  OptimConfig(lr=1e-3, warmup_ratio=0.0, schedule_clock=clock),
                  LoopConfig(max_steps=10_000, time_budget_s=0.3, log_every=1), tracker)
     lrs = [lr for _, lr in tracker.series("lr")]
