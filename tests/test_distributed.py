@@ -35,9 +35,12 @@ def train(out: Path, processes: int, *extra: str, check: bool = True) -> subproc
                           start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too: a hung run must not outlive its test
-            proc.communicate()
+        except subprocess.TimeoutExpired:  # a hung run must not outlive its test
+            proc.terminate()  # torchrun stops its workers on SIGTERM (they run in sessions of their own)
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
             raise
     result = subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
     assert result.returncode == 0 or not check, result.stderr[-4000:]
