@@ -281,9 +281,9 @@ def fit(
     optimizer = build_optimizer(model, optim_cfg, hooks.lr_scale)
     elapsed = 0.0  # rank 0's seconds of training, read before each stop check and each LR update
     # rank 0's seconds of the latest evaluation: the final one runs after the last step, and must fit in the budget too.
-    # Until one has been timed, estimated at each log step from ``hooks.evaluate_tokens`` (else 0); on the budget
-    # clock, each new value moves the LR by its share of the budget
-    eval_reserve, eval_timed = 0.0, False
+    # Until one has been timed (``evals`` empty), estimated at each log step from ``hooks.evaluate_tokens`` (else 0);
+    # on the budget clock, each new value moves the LR by its share of the budget
+    eval_reserve = 0.0
     # rank 0's budget on every rank: under the pipeline deadline each rank works its budget out a moment apart
     budget = None if loop.time_budget_s is None else world.shared(loop.time_budget_s)
     budget_clock = budget is not None and optim_cfg.schedule_clock == "budget"
@@ -314,7 +314,7 @@ def fit(
         batches.load_state_dict(per_rank[world.rank]["batches"])  # type: ignore[attr-defined]
         _set_rng_state(per_rank[world.rank], device)
         step, spent_before, evals = saved["step"], saved["seconds"], saved["evals"]
-        eval_reserve, eval_timed = saved.get("eval_seconds", 0.0), saved.get("eval_timed", False)
+        eval_reserve = saved.get("eval_seconds", 0.0)
         for at, metrics in saved["logged"]:
             log(metrics, at)
     resumed_from = step
@@ -328,13 +328,13 @@ def fit(
     stopped_by, loss_value, shown_loss = "max_steps", float("nan"), float("nan")  # shown: the last logged mean
 
     def run_eval(at: int) -> None:
-        nonlocal eval_reserve, eval_timed
+        nonlocal eval_reserve
         began = time.perf_counter()
         model.eval()
         with torch.no_grad():
             metrics = hooks.evaluate(model)
         model.train()
-        eval_reserve, eval_timed = world.shared(time.perf_counter() - began), True
+        eval_reserve = world.shared(time.perf_counter() - began)
         evals.append((at, metrics))
         log({f"eval_{k}": v for k, v in metrics.items()}, at)
 
@@ -378,7 +378,7 @@ def fit(
             # every rank's share of the global batch
             loss_sum, tokens_sum = world.sum([float(window_loss), float(window_tokens)])
             shown_loss = loss_sum / world.size / window_steps
-            if budget is not None and hooks.evaluate_tokens and not eval_timed:
+            if budget is not None and hooks.evaluate_tokens and not evals:
                 eval_reserve = world.shared(estimate_eval_seconds(hooks.evaluate_tokens, tokens_sum / world.size,
                                                                   now - window_start))
             log({"train_loss": shown_loss, "lr": scheduler.get_last_lr()[0],
@@ -398,7 +398,7 @@ def fit(
                 checkpointer.save({
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "per_rank": per_rank, "step": step, "seconds": time.perf_counter() - start, "evals": evals,
-                    "logged": logged, "eval_seconds": eval_reserve, "eval_timed": eval_timed,
+                    "logged": logged, "eval_seconds": eval_reserve,
                 })
     if hooks.evaluate is not None and not (evals and evals[-1][0] == step):
         run_eval(step)

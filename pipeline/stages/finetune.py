@@ -34,19 +34,20 @@ from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
+from minibert.inference import predict_logits
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import CLS, SEP, load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import Hooks, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
-from minibert.windows import document_windows
+from minibert.windows import aggregate_windows, document_windows
 from pipeline.curves import write_curves
 from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
 from pipeline.params import FinetuneParams, Params, TaskParams, TransferParams, load_params
 from pipeline.progress import progress_bar
 from pipeline.splits import load_split, split_path
-from pipeline.task import document_logits, encode_documents, encode_train
+from pipeline.task import encode_documents, encode_train
 
 
 def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int,
@@ -201,9 +202,10 @@ def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: st
     hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
     time budget run in bf16 too."""
     docs = encode_documents(tok, df["text"].tolist())
-    windows, _ = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
-    return Validation(lambda m: document_logits(m, tok, task, 128, precision)(docs), df["label"].to_numpy(),
-                      sum(len(w) for w in windows))
+    # the windows are the same every pass: cut once (what pipeline.task.document_logits does per call)
+    windows, counts = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
+    return Validation(lambda m: aggregate_windows(predict_logits(m, windows, 128, precision=precision), counts, task.aggregate),
+                      df["label"].to_numpy(), sum(len(w) for w in windows))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -176,7 +176,7 @@ def run(
                            eval_every=cfg.eval_every, accumulate=cfg.accumulate, precision=cfg.precision,
                            checkpoint_every=cfg.checkpoint_every),
                 tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar,
-                               evaluate_tokens=int(sum(int(b[1].sum()) for b in eval_batches))),
+                               evaluate_tokens=sum(int(b[1].sum()) for b in eval_batches)),
                 checkpointer, world,
             )
     if world.main and result.steps:
