@@ -30,7 +30,7 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params
-from pipeline.stages.finetune import build, train_classifier
+from pipeline.stages.finetune import Validation, build, train_classifier
 
 
 def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int) -> dict:
@@ -38,7 +38,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
     torch.manual_seed(seed)
     mlm, model_cfg, _ = load_model(args.pretrained)
     model = build(cfg, model_cfg, mlm.backbone)
-    (val_logits, val_labels), (test_logits, test_labels) = data.val, data.test
+    (val_logits, val_labels, val_tokens), (test_logits, test_labels, _) = data.val, data.test
     curve: list[dict[str, float]] = []
 
     def both(m: torch.nn.Module) -> np.ndarray:  # the validation hook, scoring the test split beside it
@@ -48,7 +48,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
         return logits
 
     start = time.perf_counter()
-    _, metrics = train_classifier(model, cfg, data.train, (both, val_labels), NullTracker())
+    _, metrics = train_classifier(model, cfg, data.train, Validation(both, val_labels, val_tokens), NullTracker())
     best = int(np.argmax([c["val"] for c in curve]))  # the first maximum, as train_classifier keeps
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.task.name, "seed": seed,

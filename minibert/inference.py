@@ -95,4 +95,17 @@ def predict_documents(
 ) -> np.ndarray:
     """(N, L) logits for N documents of any length: sliding windows, batched, then aggregated."""
     windows, counts = document_windows(documents, max_length, stride, cls_id, sep_id)
+    return predict_windows(model, windows, counts, aggregate, batch_size, precision)
+
+
+def predict_windows(
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor],
+    windows: Sequence[Sequence[int]],
+    counts: Sequence[int],
+    aggregate: str,
+    batch_size: int,
+    precision: str = "fp32",
+) -> np.ndarray:
+    """(N, L) logits for N documents already cut into ``windows`` (``document_windows``: ``counts``
+    windows each), for callers that score the same documents again and again."""
     return aggregate_windows(predict_logits(model, windows, batch_size, precision=precision), counts, aggregate)

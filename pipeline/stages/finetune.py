@@ -34,13 +34,13 @@ from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distributed import World
 from minibert.finetuning import ADVERSARIES, GradualUnfreezing, llrd_scale
-from minibert.inference import predict_logits
+from minibert.inference import predict_windows
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.tokenizer import CLS, SEP, load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import Hooks, RecordingTracker, Tracker, fit
 from minibert.validation import ConfigError
-from minibert.windows import aggregate_windows, document_windows
+from minibert.windows import document_windows
 from pipeline.curves import write_curves
 from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
@@ -69,7 +69,7 @@ def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple
 
 
 class Validation(NamedTuple):
-    """What a loop scores itself on: (model -> logits, labels); a plain 2-tuple works too."""
+    """What a loop scores itself on: model -> logits, the labels, and the tokens it reads."""
 
     logits: Callable[[SequenceClassifier], np.ndarray]
     labels: np.ndarray
@@ -104,7 +104,7 @@ def train_classifier(
 
     def evaluate(m: SequenceClassifier) -> dict[str, float]:
         nonlocal n_evals
-        metrics = classification_metrics(val[1], val[0](m))
+        metrics = classification_metrics(val.labels, val.logits(m))
         if metrics["accuracy"] > best["accuracy"]:
             best.update(accuracy=metrics["accuracy"], index=n_evals, state=copy.deepcopy(m.state_dict()))
         n_evals += 1
@@ -118,7 +118,7 @@ def train_classifier(
     num_layers = len(model.backbone.encoder.layers)
     hooks = Hooks(
         evaluate=evaluate,
-        evaluate_tokens=val.tokens if isinstance(val, Validation) else 0,
+        evaluate_tokens=val.tokens,
         lr_scale=llrd_scale(num_layers, cfg.llrd) if cfg.llrd < 1.0 else None,
         before_step=GradualUnfreezing(model, cfg.unfreeze_every) if cfg.unfreeze_every else None,
         adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
@@ -202,9 +202,9 @@ def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: st
     hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
     time budget run in bf16 too."""
     docs = encode_documents(tok, df["text"].tolist())
-    # the windows are the same every pass: cut once (what pipeline.task.document_logits does per call)
     windows, counts = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
-    return Validation(lambda m: aggregate_windows(predict_logits(m, windows, 128, precision=precision), counts, task.aggregate),
+    # the windows are the same every pass: cut once, scored each pass
+    return Validation(lambda m: predict_windows(m, windows, counts, task.aggregate, 128, precision),
                       df["label"].to_numpy(), sum(len(w) for w in windows))
 
 
