@@ -8,12 +8,14 @@ student for every (baseline share, seed) pair and scores it on the test split of
 (``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
 teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``distill.transfer_set``
 params, cut from the run's corpus: the ``transfer_set`` stage's code), scored once by the teacher and
-by TF-IDF fitted on every training text; 0 = the training rows only. Prints a table of accuracies with
-each (share, rows) gain over the first pair seed by seed, and appends one JSON record to
-benchmarks/results/ensemble_distill.jsonl.
+by TF-IDF fitted on every training text; 0 = the training rows only. ``--epochs`` lists distillation
+lengths (default: ``distill.epochs``). Prints tables of accuracies (the scored split, and validation:
+the best pass, which the student keeps) with each (share, rows, epochs) arm's mean gain over the first,
+seed by seed, and appends one JSON record to benchmarks/results/ensemble_distill.jsonl.
 
     python benchmarks/ensemble_distill.py --root <run> --shares 0,0.3 --seeds 0,1,2
     python benchmarks/ensemble_distill.py --root <run> --shares 0.3 --transfer-rows 0,100000 --seeds 0,1,2
+    python benchmarks/ensemble_distill.py --root <run> --shares 0.3 --transfer-rows 100000 --epochs 1,2
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1, 2])
     parser.add_argument("--transfer-rows", type=lambda t: [int(x) for x in t.split(",")], default=[0],
                         help="transfer-set sizes; 0 = the training rows only")
+    parser.add_argument("--epochs", type=floats, default=None,
+                        help="distillation lengths in epochs (default: the params' distill.epochs)")
     parser.add_argument("--split", choices=["test", "val"], default="test")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -82,36 +86,38 @@ def main() -> None:
     val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
     y = scored["label"].to_numpy()
     rows = []
+    lengths = args.epochs or [params.distill.epochs]
     for seed in args.seeds:
-        for share in args.shares:
-            for n in args.transfer_rows:
-                cfg = dataclasses.replace(params.distill, seed=seed, ensemble=dataclasses.replace(ensemble, baseline_share=share))
-                targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
-                keep = transfer_index < n  # the rows of the first n texts
-                extra_targets = soft_targets(cfg, transfer_teacher[keep], log_probabilities(transfer_oof), transfer_index[keep])
-                train_rows, all_targets = with_transfer((sequences, labels), targets,
-                                                        [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
-                student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
-                                           train_rows, all_targets, val_fn, NullTracker())
-                accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
-                rows.append({"seed": seed, "share": share, "transfer_rows": n, "accuracy": accuracy,
-                             "val_accuracy": metrics["val_accuracy"], "steps": metrics["steps"],
-                             "train_seconds": metrics["train_seconds"],
-                             "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
-                print(json.dumps(rows[-1]), flush=True)
-    pairs = [(share, n) for share in args.shares for n in args.transfer_rows]
-    acc = {pair: {r["seed"]: r["accuracy"] for r in rows if (r["share"], r["transfer_rows"]) == pair} for pair in pairs}
-    print(f"\n{task.name} {args.split} accuracy of the distilled student (teacher: {args.root})")
-    print("| share | transfer rows | " + " | ".join(f"seed {s}" for s in args.seeds)
-          + f" | mean | mean gain over share {pairs[0][0]}, {pairs[0][1]} rows |")
-    print("|---" * (len(args.seeds) + 4) + "|")
-    for share, n in pairs:
-        gain = np.mean([acc[share, n][s] - acc[pairs[0]][s] for s in args.seeds]) * 100
-        print(f"| {share} | {n} | " + " | ".join(f"{100 * acc[share, n][s]:.2f}" for s in args.seeds)
-              + f" | {100 * np.mean(list(acc[share, n].values())):.2f} | {gain:+.2f} |")
+        for share, n, epochs in [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]:
+            cfg = dataclasses.replace(params.distill, seed=seed, epochs=epochs,
+                                      ensemble=dataclasses.replace(ensemble, baseline_share=share))
+            targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
+            keep = transfer_index < n  # the rows of the first n texts
+            extra_targets = soft_targets(cfg, transfer_teacher[keep], log_probabilities(transfer_oof), transfer_index[keep])
+            train_rows, all_targets = with_transfer((sequences, labels), targets,
+                                                    [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
+            student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
+                                       train_rows, all_targets, val_fn, NullTracker())
+            accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
+            rows.append({"seed": seed, "share": share, "transfer_rows": n, "epochs": epochs, "accuracy": accuracy,
+                         "val_accuracy": metrics["val_accuracy"], "steps": metrics["steps"],
+                         "train_seconds": metrics["train_seconds"],
+                         "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
+            print(json.dumps(rows[-1]), flush=True)
+    arms = [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]
+    for key, label in (("accuracy", args.split), ("val_accuracy", "val (best pass, the one kept)")):
+        acc = {arm: {r["seed"]: r[key] for r in rows if (r["share"], r["transfer_rows"], r["epochs"]) == arm} for arm in arms}
+        print(f"\n{task.name} {label} accuracy of the distilled student (teacher: {args.root})")
+        print("| share | transfer rows | epochs | " + " | ".join(f"seed {s}" for s in args.seeds)
+              + f" | mean | mean gain over {' / '.join(map(str, arms[0]))} |")
+        print("|---" * (len(args.seeds) + 5) + "|")
+        for arm in arms:
+            gain = np.mean([acc[arm][s] - acc[arms[0]][s] for s in args.seeds]) * 100
+            print("| " + " | ".join(map(str, arm)) + " | " + " | ".join(f"{100 * acc[arm][s]:.2f}" for s in args.seeds)
+                  + f" | {100 * np.mean(list(acc[arm].values())):.2f} | {gain:+.2f} |")
     record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
               "split": args.split, "ensemble": dataclasses.asdict(ensemble), "oof_seconds": oof_seconds,
-              "distill": {"epochs": params.distill.epochs, "time_budget_min": params.distill.time_budget_min},
+              "distill": {"epochs": lengths, "time_budget_min": params.distill.time_budget_min},
               "transfer_set": dataclasses.asdict(params.distill.transfer_set),
               "oof_accuracy": float((oof.argmax(axis=1) == train["label"].to_numpy()).mean()), "runs": rows}
     with open(ROOT / "benchmarks" / "results" / "ensemble_distill.jsonl", "a") as f:
