@@ -87,13 +87,15 @@ def main() -> None:
     y = scored["label"].to_numpy()
     rows = []
     lengths = args.epochs or [params.distill.epochs]
+    arms = [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]
+    oof_logp, transfer_oof_logp = log_probabilities(oof), log_probabilities(transfer_oof)  # the same for every arm
     for seed in args.seeds:
-        for share, n, epochs in [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]:
+        for share, n, epochs in arms:
             cfg = dataclasses.replace(params.distill, seed=seed, epochs=epochs,
                                       ensemble=dataclasses.replace(ensemble, baseline_share=share))
-            targets = soft_targets(cfg, teacher_logits, log_probabilities(oof), text_index)
+            targets = soft_targets(cfg, teacher_logits, oof_logp, text_index)
             keep = transfer_index < n  # the rows of the first n texts
-            extra_targets = soft_targets(cfg, transfer_teacher[keep], log_probabilities(transfer_oof), transfer_index[keep])
+            extra_targets = soft_targets(cfg, transfer_teacher[keep], transfer_oof_logp, transfer_index[keep])
             train_rows, all_targets = with_transfer((sequences, labels), targets,
                                                     [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
             student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
@@ -104,7 +106,6 @@ def main() -> None:
                          "train_seconds": metrics["train_seconds"],
                          "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
             print(json.dumps(rows[-1]), flush=True)
-    arms = [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]
     for key, label in (("accuracy", args.split), ("val_accuracy", "val (best pass, the one kept)")):
         acc = {arm: {r["seed"]: r[key] for r in rows if (r["share"], r["transfer_rows"], r["epochs"]) == arm} for arm in arms}
         print(f"\n{task.name} {label} accuracy of the distilled student (teacher: {args.root})")
