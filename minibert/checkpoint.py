@@ -38,6 +38,11 @@ def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str
         metadata["classifier_config"] = json.dumps(dataclasses.asdict(head_cfg))
     if vocabulary is not None:
         metadata["vocabulary_sha256"] = vocabulary
+    return write_weights(model, path, metadata)
+
+
+def write_weights(model: nn.Module, path: str | os.PathLike[str], metadata: dict[str, str]) -> Path:
+    """``model``'s state as safetensors at ``path`` (atomically), ``metadata`` under the header's one key."""
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     with atomic_output(path) as tmp:
         # one key: safetensors writes several in hash order, so equal models would differ in bytes

@@ -1,6 +1,6 @@
 """The whole pipeline's wall clock: `minibert pipeline` and the Prefect flow give a run a deadline
 (params ``deadline.minutes``), and each training loop that has a time budget (pretraining, the
-fine-tuning transfer phase, fine-tuning, distillation) asks here for its budget when it starts.
+fine-tuning transfer phase, fine-tuning, the word-CNN, distillation) asks here for its budget when it starts.
 
 On a host that keeps up, a loop gets its planned budget. On one that runs behind (a CPU without
 AVX512-BF16 trains in fp32, and is slower at the work outside the loops too), the loop's budget
@@ -38,7 +38,7 @@ from pipeline.io import StageError, atomic_path
 from pipeline.params import DeadlineParams, Params
 
 ENV = "MINIBERT_DEADLINE_FILE"
-PHASES = ("pretrain", "transfer", "finetune", "distill")  # the budgeted loops, in pipeline order
+PHASES = ("pretrain", "transfer", "finetune", "cnn", "distill")  # the budgeted loops, in pipeline order
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ def plan_for(params: Params, started: float) -> Plan | None:
         return None
     minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
                "distill": params.distill.time_budget_min,
+               "cnn": params.cnn.time_budget_min if params.distill.ensemble.cnn_share > 0 else None,
                "transfer": params.finetune.transfer.time_budget_min if params.finetune.transfer.task != "none" else None}
     return Plan(started=started, deadline=started + cfg.minutes * 60.0,
                 budgets={p: minutes[p] * 60.0 for p in PHASES if minutes[p] is not None},

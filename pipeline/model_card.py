@@ -12,7 +12,7 @@ from pipeline.document import Block, Heading, Table, Text
 from pipeline.params import Params, flatten
 
 DEPLOYED = "student_onnx_int8"  # the evaluate variant the register stage registers and the report presents
-CARD_SECTIONS = ("task", "tokenizer", "model", "pretrain", "finetune", "distill", "quantize", "export")
+CARD_SECTIONS = ("task", "tokenizer", "model", "pretrain", "finetune", "cnn", "distill", "quantize", "export")
 PUBLISHED = "BERT-Tiny 83.2 and BERT-Mini 85.9 SST-2 dev accuracy after full pretraining (Turc et al. 2019)"
 
 

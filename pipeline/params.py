@@ -176,16 +176,48 @@ class BaselineParams:
 
 
 @dataclass(frozen=True)
+class CNNParams:
+    """The word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors:
+    a third soft-target source for distillation (``distill.ensemble.cnn_share``); off at share 0."""
+
+    seed: int = 0
+    widths: tuple[int, ...] = (1, 2, 3, 4, 5)  # n-gram widths of the convolutions
+    filters: int = 128  # feature maps a width
+    dropout: float = 0.5
+    extra_task: Literal["none", "sst2", "imdb"] = "none"  # labelled texts it also trains on, shuffled in
+    extra_max_length: int = 256  # tokens kept of each extra text (head + tail)
+    batch_size: int = 64
+    epochs: float = 1.0
+    time_budget_min: float | None = None  # shrinks with the pipeline's deadline (phase "cnn")
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_ratio=0.06))
+    log_every: int = 25
+    eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
+
+    def __post_init__(self) -> None:
+        check_ranges("cnn", self, {"filters": ">= 1", "dropout": "[0, 1)", "batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0",
+                                   "log_every": ">= 1", "eval_every": ">= 1"})
+        if self.extra_max_length < 3:
+            raise ConfigError(f"cnn.extra_max_length: {self.extra_max_length} is out of range; expected >= 3 "
+                              "([CLS], a token, [SEP])")
+        if not self.widths or min(self.widths) < 1:
+            raise ConfigError(f"cnn.widths: {list(self.widths)} is out of range; expected one or more widths, each >= 1")
+
+
+@dataclass(frozen=True)
 class EnsembleParams:
     """Soft targets from the teacher averaged with TF-IDF + LR's out-of-fold probabilities (stage baseline_oof)."""
 
     baseline_share: float = 0.0  # the TF-IDF model's share of the averaged probabilities; 0 = the teacher alone
+    cnn_share: float = 0.0  # the word-CNN's (stage cnn); the teacher keeps 1 - baseline_share - cnn_share
     folds: int = 5  # each training text is scored by a TF-IDF model fitted on the other folds
     extra_task: Literal["none", "sst2", "imdb"] = "none"  # labelled texts every fold also fits on (never scored)
     seed: int = 0  # fold assignment
 
     def __post_init__(self) -> None:
-        check_ranges("distill.ensemble", self, {"baseline_share": "[0, 1]"})
+        check_ranges("distill.ensemble", self, {"baseline_share": "[0, 1]", "cnn_share": "[0, 1]"})
+        if self.baseline_share + self.cnn_share > 1.0:
+            raise ConfigError(f"distill.ensemble.cnn_share: {self.cnn_share} + baseline_share {self.baseline_share} "
+                              "exceed 1; the teacher's share is what they leave")
         if self.folds < 2:
             raise ConfigError(f"distill.ensemble.folds: {self.folds} is out of range; expected >= 2 (out-of-fold needs two)")
 
@@ -320,16 +352,17 @@ class UntimedShareParams:
     pretrain: float = 0.20
     transfer: float = 0.23
     finetune: float = 0.25
+    cnn: float = 0.45
     distill: float = 0.83
 
     def __post_init__(self) -> None:
         shares = [("pretrain", self.pretrain), ("transfer", self.transfer), ("finetune", self.finetune),
-                  ("distill", self.distill)]
+                  ("cnn", self.cnn), ("distill", self.distill)]
         check_ranges("deadline.untimed_share_before", self, {name: "(0, 1)" for name, _ in shares})
         for (first, a), (then, b) in zip(shares, shares[1:], strict=False):
             if b < a:
                 raise ConfigError(f"deadline.untimed_share_before.{then}: {b} is below {first}'s {a}; the shares "
-                                  "never decrease in pipeline order (pretrain, transfer, finetune, distill)")
+                                  "never decrease in pipeline order (pretrain, transfer, finetune, cnn, distill)")
 
 
 @dataclass(frozen=True)
@@ -357,6 +390,7 @@ class Params:
     pretrain: PretrainParams = field(default_factory=PretrainParams)
     finetune: FinetuneParams = field(default_factory=FinetuneParams)
     baseline: BaselineParams = field(default_factory=BaselineParams)
+    cnn: CNNParams = field(default_factory=CNNParams)
     distill: DistillParams = field(default_factory=DistillParams)
     quantize: QuantizeParams = field(default_factory=QuantizeParams)
     export: ExportParams = field(default_factory=ExportParams)
@@ -390,7 +424,8 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
             if "vocab_size" in model:
                 raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
         for key, other in (("finetune.transfer.task", params.finetune.transfer.task),
-                           ("distill.ensemble.extra_task", params.distill.ensemble.extra_task)):
+                           ("distill.ensemble.extra_task", params.distill.ensemble.extra_task),
+                           ("cnn.extra_task", params.cnn.extra_task)):
             if other == params.task.name:
                 raise ConfigError(f"{key}: {other!r} is the profile's own task (task.name); "
                                   "choose another labelled task or 'none'")

@@ -1,7 +1,8 @@
-"""The soft targets distillation reads: cached (N, L) logit files, and the mix of two models' targets.
+"""The soft targets distillation reads: cached (N, L) logit files, and the mix of several models' targets.
 
 ``teacher_logits`` writes the fine-tuned teacher's logits on the training rows; ``baseline_oof``
-writes the TF-IDF model's out-of-fold log-probabilities on the training texts. Each file carries
+writes the TF-IDF model's out-of-fold log-probabilities on the training texts; ``cnn`` the
+word-CNN's logits on the training rows. Each file carries
 the labels of the rows it was computed on, so a file left stale by a data or task change is
 refused instead of silently misaligned. Torch-free: the TF-IDF stage never loads torch for it.
 """
@@ -49,16 +50,25 @@ def log_probabilities(probs: np.ndarray) -> np.ndarray:
 
 
 def mix_soft_targets(teacher_logits: np.ndarray, other_logits: np.ndarray, other_share: float) -> np.ndarray:
-    """Logits of the averaged distribution (1 - share) * softmax(teacher) + share * softmax(other).
+    """Logits of the averaged distribution (1 - share) * softmax(teacher) + share * softmax(other)."""
+    return mix_ensemble(teacher_logits, [(other_logits, other_share)])
+
+
+def mix_ensemble(teacher_logits: np.ndarray, others: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    """Logits of the averaged distribution: each of ``others`` (logits, share) weighs its share, the
+    teacher what they leave.
 
     The average is taken over probabilities (an ensemble's prediction), then returned as
     log-probabilities so the KD loss can soften it with its temperature like any teacher's logits.
     """
-    if not 0.0 <= other_share <= 1.0:
-        raise ValueError(f"other_share {other_share} must be in [0, 1]")
-    if teacher_logits.shape != other_logits.shape:
-        raise ValueError(f"teacher logits {teacher_logits.shape} and other logits {other_logits.shape} differ in shape")
-    probs = (1.0 - other_share) * _softmax(teacher_logits) + other_share * _softmax(other_logits)
+    total = sum(share for _, share in others)
+    if any(not 0.0 <= share <= 1.0 for _, share in others) or total > 1.0 + 1e-9:
+        raise ValueError(f"shares {[share for _, share in others]} must be in [0, 1] each and sum to at most 1")
+    probs = (1.0 - total) * _softmax(teacher_logits)
+    for logits, share in others:
+        if logits.shape != teacher_logits.shape:
+            raise ValueError(f"teacher logits {teacher_logits.shape} and other logits {logits.shape} differ in shape")
+        probs = probs + share * _softmax(logits)
     return log_probabilities(probs).astype(np.float32)
 
 

@@ -164,6 +164,7 @@ def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None
     raw = base()
     raw["task"]["name"] = "imdb"
     raw["distill"]["ensemble"]["extra_task"] = "none"
+    raw["cnn"]["extra_task"] = "none"
     raw["finetune"]["transfer"]["task"] = "imdb"
     with pytest.raises(ConfigError, match=r"finetune\.transfer\.task: 'imdb' is the profile's own task"):
         load_params(write(tmp_path, raw))
@@ -180,6 +181,11 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     raw["distill"]["ensemble"]["extra_task"] = "sst2"
     with pytest.raises(ConfigError, match=r"distill\.ensemble\.extra_task: 'sst2' is the profile's own task"):
         load_params(write(tmp_path, raw))
+    raw = base()
+    assert load_params(write(tmp_path, raw)).cnn.extra_task == "imdb"
+    raw["cnn"]["extra_task"] = "sst2"
+    with pytest.raises(ConfigError, match=r"cnn\.extra_task: 'sst2' is the profile's own task"):
+        load_params(write(tmp_path, raw))
 
 
 @pytest.mark.parametrize("section, key, value, message", [
@@ -189,6 +195,10 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
     ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
     ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
+    ("distill.ensemble", "cnn_share", 0.8, r"distill\.ensemble\.cnn_share: 0\.8 \+ baseline_share 0\.3 exceed 1"),
+    ("cnn", "widths", [], r"cnn\.widths: \[\] is out of range; expected one or more widths"),
+    ("cnn", "extra_max_length", 2, r"cnn\.extra_max_length: 2 is out of range; expected >= 3"),
+    ("cnn", "dropout", 1.0, r"cnn\.dropout: 1\.0 is out of range; expected in \[0, 1\)"),
     ("distill.transfer_set", "rows", -1, r"distill\.transfer_set\.rows: -1 is out of range; expected >= 0"),
     ("distill.transfer_set", "max_words", 3, r"distill\.transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
     ("distill.transfer_set", "unit", "paragraph", r"distill\.transfer_set\.unit"),

@@ -22,7 +22,7 @@ from servers import background, free_port, healthy, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "distill", "export", "quantize",
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "cnn", "distill", "export", "quantize",
           "evaluate", "register", "report"]
 
 # servers and runs of the caller's that the copy must not talk to
@@ -112,6 +112,12 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     np.testing.assert_allclose(np.exp(oof["logits"]).sum(axis=1), 1.0, atol=1e-4)
     oof_metrics = json.loads((dest / "metrics" / "baseline_oof.json").read_text())
     assert not oof_metrics["skipped"] and oof_metrics["extra_rows"] > 0 and oof_metrics["folds"] == 2
+    cnn = np.load(dest / "models" / "cnn" / "train.npz")  # the word-CNN's logits, row by row as the teacher's
+    np.testing.assert_array_equal(cnn["labels"], logits["labels"])
+    assert cnn["logits"].shape == logits["logits"].shape and np.isfinite(cnn["logits"]).all()
+    assert np.load(dest / "models" / "cnn" / "transfer.npz")["logits"].shape == (200, 2)
+    cnn_metrics = json.loads((dest / "metrics" / "cnn.json").read_text())
+    assert not cnn_metrics["skipped"] and cnn_metrics["extra_rows"] > 0 and 0.0 <= cnn_metrics["val_accuracy"] <= 1.0
     distill = json.loads((dest / "metrics" / "distill.json").read_text())
     assert 0.0 <= distill["soft_target_train_accuracy"] <= 1.0
     # the transfer set: 200 unlabelled sentences (tiny profile), scored by the teacher and by TF-IDF, learnt on
@@ -136,9 +142,9 @@ def test_the_run_deadline_reaches_every_training_loop(project: tuple[Path, str])
     """The tiny profile's 3-second deadline is always behind: `minibert pipeline` hands the plan
     through dvc to each stage, and every loop keeps the floor (0.25) of its 10-minute budget."""
     dest, log = project
-    pretrain, finetune, distill = (json.loads((dest / "metrics" / f"{s}.json").read_text())
-                                   for s in ("pretrain", "finetune", "distill"))
-    for metrics, prefix in ((pretrain, ""), (finetune, "transfer_"), (finetune, ""), (distill, "")):
+    pretrain, finetune, cnn, distill = (json.loads((dest / "metrics" / f"{s}.json").read_text())
+                                        for s in ("pretrain", "finetune", "cnn", "distill"))
+    for metrics, prefix in ((pretrain, ""), (finetune, "transfer_"), (finetune, ""), (cnn, ""), (distill, "")):
         assert metrics[f"{prefix}deadline_scale"] == 0.25, prefix
         assert metrics[f"{prefix}time_budget_s"] == 150.0
     assert finetune["transfer_deadline_untimed_s"] < finetune["deadline_untimed_s"] < distill["deadline_untimed_s"]
@@ -313,13 +319,14 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     dest, _ = project
     # every review's windows are training rows: the TF-IDF soft targets (per review) must follow them
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
-              "-S", "distill.ensemble.extra_task=sst2", "-S", "task.truncation=windows"], dest)
+              "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
-    assert {"finetune", "baseline", "baseline_oof", "distill", "evaluate", "register", "report"} <= set(ran)
+    assert {"finetune", "baseline", "baseline_oof", "cnn", "distill", "evaluate", "register", "report"} <= set(ran)
     reviews = np.load(dest / "models" / "baseline_oof" / "train.npz")["labels"]
     windows = np.load(dest / "models" / "teacher_logits" / "train.npz")["labels"]
     assert len(windows) > len(reviews) and set(np.unique(windows)) == set(np.unique(reviews))
+    np.testing.assert_array_equal(np.load(dest / "models" / "cnn" / "train.npz")["labels"], windows)  # the CNN's too
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
     export = json.loads((dest / "metrics" / "export.json").read_text())

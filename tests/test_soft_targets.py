@@ -13,7 +13,7 @@ import pytest
 from minibert.runtime import softmax
 from pipeline.io import DataError
 from pipeline.params import BaselineParams, DistillParams, EnsembleParams
-from pipeline.soft_targets import load_logits, log_probabilities, mix_soft_targets, save_logits
+from pipeline.soft_targets import load_logits, log_probabilities, mix_ensemble, mix_soft_targets, save_logits
 from pipeline.stages.baseline import build_baseline
 from pipeline.stages.baseline_oof import out_of_fold, run
 from pipeline.stages.distill import soft_targets, with_transfer
@@ -57,6 +57,32 @@ def test_the_mix_averages_probabilities_and_returns_their_logits() -> None:
         mix_soft_targets(teacher, other, 1.5)
     with pytest.raises(ValueError, match="differ in shape"):
         mix_soft_targets(teacher, other[:2], 0.3)
+
+
+def test_three_models_mix_by_their_shares_and_the_teacher_keeps_the_rest() -> None:
+    teacher = np.array([[1.0, 0.0], [0.0, 1.0]])
+    tfidf = log_probabilities(np.array([[0.4, 0.6], [0.9, 0.1]]))
+    cnn = log_probabilities(np.array([[0.1, 0.9], [0.5, 0.5]]))
+    mixed = softmax(mix_ensemble(teacher, [(tfidf, 0.3), (cnn, 0.3)]))
+    np.testing.assert_allclose(mixed, 0.4 * softmax(teacher) + 0.3 * softmax(tfidf) + 0.3 * softmax(cnn), atol=1e-6)
+    assert mixed[0].argmax() == 1 and softmax(teacher)[0].argmax() == 0  # two models outvote the teacher
+    np.testing.assert_allclose(mix_ensemble(teacher, []), log_probabilities(softmax(teacher)), atol=1e-6)
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        mix_ensemble(teacher, [(tfidf, 0.6), (cnn, 0.6)])
+    with pytest.raises(ValueError, match="differ in shape"):
+        mix_ensemble(teacher, [(tfidf, 0.3), (cnn[:1], 0.3)])
+
+
+def test_the_cnn_scores_rows_as_the_teacher_does_and_tfidf_texts() -> None:
+    teacher = np.zeros((3, 2), np.float32)  # undecided: the mix shows the other two
+    baseline = log_probabilities(np.array([[0.8, 0.2], [0.2, 0.8]]))  # per text
+    cnn = log_probabilities(np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]]))  # per row
+    cfg = dataclasses.replace(DistillParams(), ensemble=EnsembleParams(baseline_share=0.5, cnn_share=0.5))
+    mixed = softmax(soft_targets(cfg, teacher, baseline, np.array([0, 0, 1]), cnn))
+    np.testing.assert_allclose(mixed[:, 1], [0.6, 0.1, 0.65], atol=1e-6)
+    only_cnn = dataclasses.replace(cfg, ensemble=EnsembleParams(cnn_share=0.5))
+    np.testing.assert_allclose(softmax(soft_targets(only_cnn, teacher, None, np.arange(3), cnn))[:, 1], [0.75, 0.25, 0.5],
+                               atol=1e-6)
 
 
 def random_rows(n: int, seed: int) -> pd.DataFrame:

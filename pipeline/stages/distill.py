@@ -2,8 +2,9 @@
 
 The teacher's logits on the training split come from the ``teacher_logits`` stage (computed
 once). With ``distill.ensemble.baseline_share`` above 0 the soft targets are the teacher's
-probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``): an ensemble
-of two model families, distilled into one small model. With ``distill.transfer_set.rows`` above 0
+probabilities averaged with TF-IDF + LR's out-of-fold ones (stage ``baseline_oof``), and with
+``distill.ensemble.cnn_share`` above 0 with a word-level CNN's (stage ``cnn``): an ensemble of
+model families, distilled into one small model. With ``distill.transfer_set.rows`` above 0
 the student also learns those soft targets on unlabelled in-domain texts (stage ``transfer_set``,
 scored by ``teacher_logits`` and ``baseline_oof``), their argmax standing in for the label. The
 student (a minibert of ``distill.student`` shape, by default 2 layers x 128 hidden) starts from
@@ -31,7 +32,7 @@ from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
-from pipeline.soft_targets import load_logits, mix_soft_targets
+from pipeline.soft_targets import load_logits, mix_ensemble
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.stages.finetune import Validation, train_classifier, validation
@@ -73,13 +74,17 @@ def run(
 
 
 def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits: np.ndarray | None,
-                 text_index: np.ndarray) -> np.ndarray:
-    """The logits the student learns from: the teacher's, or (share > 0) the teacher's probabilities
-    averaged with the baseline's out-of-fold ones, which are per text (``text_index``: each row's text)."""
-    share = cfg.ensemble.baseline_share
-    if share == 0:
-        return teacher_logits
-    return mix_soft_targets(teacher_logits, baseline_logits[text_index], share)
+                 text_index: np.ndarray, cnn_logits: np.ndarray | None = None) -> np.ndarray:
+    """The logits the student learns from: the teacher's, or (shares > 0) the teacher's probabilities
+    averaged with the baseline's out-of-fold ones, which are per text (``text_index``: each row's text),
+    and the word-CNN's, which are per row as the teacher's."""
+    ens = cfg.ensemble
+    others = []
+    if ens.baseline_share > 0:
+        others.append((baseline_logits[text_index], ens.baseline_share))
+    if ens.cnn_share > 0:
+        others.append((cnn_logits, ens.cnn_share))
+    return mix_ensemble(teacher_logits, others) if others else teacher_logits
 
 
 def with_transfer(train: tuple[list[list[int]], np.ndarray], targets: np.ndarray,
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transfer", type=Path, default=Path("data/transfer/texts.parquet"))
     parser.add_argument("--teacher-transfer", type=Path, default=Path("models/teacher_logits/transfer.npz"))
     parser.add_argument("--baseline-transfer", type=Path, default=Path("models/baseline_oof/transfer.npz"))
+    parser.add_argument("--cnn-logits", type=Path, default=Path("models/cnn/train.npz"))
+    parser.add_argument("--cnn-transfer", type=Path, default=Path("models/cnn/transfer.npz"))
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     parser.add_argument("--curves", type=Path, default=Path("plots/curves/distill.csv"),
@@ -113,7 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof]
+    inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof,
+              args.cnn_logits]
     with stage_run("distill", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
@@ -129,14 +137,20 @@ def main(argv: list[str] | None = None) -> None:
                 return None
             return load_logits(path, text_labels, "baseline_oof", columns=teacher_logits.shape[1])
 
+        def cnn(path: Path, row_labels: np.ndarray) -> np.ndarray | None:  # per-row word-CNN logits
+            if params.distill.ensemble.cnn_share == 0:
+                return None
+            return load_logits(path, row_labels, "cnn", columns=teacher_logits.shape[1])
+
         baseline_logits = baseline(args.baseline_oof, train_df["label"].to_numpy())
-        targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index)
+        targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index, cnn(args.cnn_logits, labels))
         transfer_df = load_transfer_split(args.transfer)
         tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.transfer, context="training", targets=None)
         transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
         transfer_teacher = load_logits(args.teacher_transfer, transfer_labels)
         transfer_baseline = baseline(args.baseline_transfer, transfer_df["label"].to_numpy())
-        transfer_targets = soft_targets(params.distill, transfer_teacher, transfer_baseline, transfer_index)
+        transfer_targets = soft_targets(params.distill, transfer_teacher, transfer_baseline, transfer_index,
+                                        cnn(args.cnn_transfer, transfer_labels))
         rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
         recorder = RecordingTracker(tracker)
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets,

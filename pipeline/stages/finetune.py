@@ -115,11 +115,10 @@ def train_classifier(
 
     max_steps = steps_for(len(train[0]), cfg.batch_size * cfg.accumulate, cfg.epochs)
     budget, budget_metrics = budget_s(phase, cfg.time_budget_min)  # shrunk when the pipeline runs behind
-    num_layers = len(model.backbone.encoder.layers)
     hooks = Hooks(
         evaluate=evaluate,
         evaluate_tokens=val.tokens,
-        lr_scale=llrd_scale(num_layers, cfg.llrd) if cfg.llrd < 1.0 else None,
+        lr_scale=llrd_scale(len(model.backbone.encoder.layers), cfg.llrd) if cfg.llrd < 1.0 else None,
         before_step=GradualUnfreezing(model, cfg.unfreeze_every) if cfg.unfreeze_every else None,
         adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
         should_stop=patience_spent,

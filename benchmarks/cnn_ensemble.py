@@ -1,0 +1,112 @@
+"""The word-CNN as a third model family: alone, and averaged with the teacher and TF-IDF.
+
+On a finished pipeline run (``--root``: its prepared data, tokenizer, pretrained encoder and
+fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.stages.cnn.train``,
+params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``baseline`` section's
+TF-IDF + LR on the task's training split plus ``distill.ensemble.extra_task``'s texts (as the
+student's soft targets see it), and scores on validation and on the test split of record: each
+model alone, their agreement with the teacher, and probability averages of the three (equal
+thirds, and the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest).
+Prints a table and appends one JSON record to benchmarks/results/cnn_ensemble.jsonl.
+
+    python benchmarks/cnn_ensemble.py --root <run> --data <run>/data/prepared --tokenizer <run>/models/tokenizer/tokenizer.json --seeds 0,1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from common import ROOT, add_params_args, load_with_overrides, parse_overrides
+
+from minibert.checkpoint import load_model
+from minibert.runtime import softmax
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import NullTracker
+from pipeline.splits import load_split
+from pipeline.stages.baseline import run as fit_baseline
+from pipeline.stages.cnn import extra_task, train
+from pipeline.stages.finetune import validation
+from pipeline.task import encode_train
+
+
+def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
+    return float((prob.argmax(axis=1) == labels).mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_params_args(parser)
+    parser.add_argument("--root", type=Path, required=True, help="a finished pipeline run's project folder")
+    parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    task, cfg, ens = params.task, params.cnn, params.distill.ensemble
+    tok = load_tokenizer(args.tokenizer)
+    train_df, val_df, test_df = (load_split(args.data, task, s) for s in ("train", "val", "test"))
+    y_val, y_test = val_df["label"].to_numpy(), test_df["label"].to_numpy()
+    scorers = [validation(tok, df, task) for df in (val_df, test_df)]
+
+    teacher, _, _ = load_model(args.root / "models" / "finetune" / "model.safetensors")
+    t_val, t_test = (softmax(s.logits(teacher)) for s in scorers)
+    fit_rows = train_df
+    if ens.extra_task != "none":
+        fit_rows = pd.concat([train_df, load_split(args.data, dataclasses.replace(task, name=ens.extra_task), "train")])
+    baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
+    b_val, b_test = baseline.predict_proba(val_df["text"]), baseline.predict_proba(test_df["text"])
+
+    encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
+    vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
+    sequences, labels = encode_train(tok, train_df, task)
+    other = extra_task(cfg, task)
+    if other is not None:
+        extra_seqs, extra_labels = encode_train(tok, load_split(args.data, other, "train"), other)
+        sequences, labels = sequences + extra_seqs, np.concatenate([labels, extra_labels])
+    t_share = 1.0 - ens.baseline_share - ens.cnn_share
+    rows = []
+    for seed in args.seeds:
+        start = time.perf_counter()
+        model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), scorers[0], NullTracker())
+        c_val, c_test = (softmax(s.logits(model)) for s in scorers)
+        mixes = {
+            "cnn": (c_val, c_test),
+            "teacher+tfidf (halves)": ((t_val + b_val) / 2, (t_test + b_test) / 2),
+            "teacher+cnn (halves)": ((t_val + c_val) / 2, (t_test + c_test) / 2),
+            "tfidf+cnn (halves)": ((b_val + c_val) / 2, (b_test + c_test) / 2),
+            "all three (thirds)": ((t_val + b_val + c_val) / 3, (t_test + b_test + c_test) / 3),
+            f"pipeline shares ({t_share:.2g}/{ens.baseline_share:g}/{ens.cnn_share:g})": (
+                t_share * t_val + ens.baseline_share * b_val + ens.cnn_share * c_val,
+                t_share * t_test + ens.baseline_share * b_test + ens.cnn_share * c_test),
+        }
+        rows.append({"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
+                     "best_step": metrics["best_step"], "seconds": time.perf_counter() - start,
+                     "agree_with_teacher_test": float((c_test.argmax(1) == t_test.argmax(1)).mean()),
+                     **{name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)} for name, (v, t) in mixes.items()}})
+        print(f"seed {seed}: cnn val {rows[-1]['cnn']['val']:.4f} test {rows[-1]['cnn']['test']:.4f} "
+              f"({metrics['train_seconds']:.0f} s, {metrics['steps']} steps)", flush=True)
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
+              "overrides": args.overrides, "cnn": dataclasses.asdict(cfg),
+              "teacher": {"val": accuracy(t_val, y_val), "test": accuracy(t_test, y_test)},
+              "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": len(fit_rows)},
+              "seeds": rows}
+    print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
+    print(f"| teacher | {record['teacher']['val']:.2%} | {record['teacher']['test']:.2%} |")
+    print(f"| TF-IDF + LR | {record['tfidf']['val']:.2%} | {record['tfidf']['test']:.2%} |")
+    for name in [k for k in rows[0] if isinstance(rows[0][k], dict)]:
+        vals, tests = [r[name]["val"] for r in rows], [r[name]["test"] for r in rows]
+        print(f"| {name} (mean of {len(rows)} seeds) | {np.mean(vals):.2%} | {np.mean(tests):.2%} "
+              f"({', '.join(f'{t:.2%}' for t in tests)}) |")
+    with (ROOT / "benchmarks" / "results" / "cnn_ensemble.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()

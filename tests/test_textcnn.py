@@ -1,0 +1,93 @@
+"""The word-level CNN (minibert.textcnn): masking, initialisation from word vectors, what its
+widths can learn, and its checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from minibert.files import ArtifactError
+from minibert.textcnn import TextCNNConfig, build_textcnn, load_textcnn, save_textcnn
+from minibert.validation import ConfigError
+
+
+def test_padding_changes_no_logit() -> None:
+    torch.manual_seed(0)
+    model = build_textcnn(TextCNNConfig(vocab_size=50, dim=16, widths=(1, 2, 3), filters=4)).eval()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    padded = torch.tensor([[5, 6, 7, 8, 0, 0, 0]])
+    mask = (padded != 0).long()
+    torch.testing.assert_close(model(ids, torch.ones_like(ids)), model(padded, mask))
+    torch.testing.assert_close(model(padded), model(padded, mask))  # the mask defaults to the non-pad ids
+    # a real token where the padding was does change them: the mask is what hides it
+    assert not torch.allclose(model(ids), model(torch.tensor([[5, 6, 7, 8, 9]])))
+
+
+def test_word_vectors_initialise_the_embedding_at_unit_scale() -> None:
+    vectors = torch.randn(30, 8) * 0.02
+    model = build_textcnn(TextCNNConfig(vocab_size=30, dim=8), vectors)
+    torch.testing.assert_close(model.embedding.weight.detach(), vectors)
+    scaled = model.embedding.weight.detach() * model.input_scale
+    assert scaled.std().item() == pytest.approx(1.0, rel=1e-4)
+    with pytest.raises(ConfigError, match=r"\(30, 8\) do not fit vocab_size 40"):
+        build_textcnn(TextCNNConfig(vocab_size=40, dim=8), vectors)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"widths": ()}, "widths"), ({"widths": (0, 2)}, "widths"), ({"dropout": 1.0}, "dropout"),
+    ({"filters": 0}, "filters"), ({"num_labels": 1}, "num_labels"),
+])
+def test_bad_configs_name_their_field(changes: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        TextCNNConfig(**{"vocab_size": 10, "dim": 4, **changes})
+
+
+def order_task(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences holding the tokens 3 and 4 once each among filler tokens 5-19; the label is
+    whether 3 comes right before 4. Unigram counts are equal in both classes: only a width >= 2
+    can tell them apart."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 20, (n, 10), generator=g)
+    labels = torch.randint(0, 2, (n,), generator=g)
+    pos = torch.randint(0, 9, (n,), generator=g)
+    for i in range(n):
+        first, second = (3, 4) if labels[i] else (4, 3)
+        ids[i, pos[i]], ids[i, pos[i] + 1] = first, second
+    return ids, labels
+
+
+@pytest.mark.parametrize("widths, learns", [((1,), False), ((2,), True)])
+def test_only_bigram_filters_learn_word_order(widths: tuple[int, ...], learns: bool) -> None:
+    torch.manual_seed(0)
+    model = build_textcnn(TextCNNConfig(vocab_size=20, dim=8, widths=widths, filters=8, dropout=0.0))
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    ids, labels = order_task(512, seed=0)
+    for _ in range(150):
+        loss = torch.nn.functional.cross_entropy(model(ids), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    test_ids, test_labels = order_task(512, seed=1)
+    accuracy = (model.eval()(test_ids).argmax(-1) == test_labels).float().mean().item()
+    assert (accuracy > 0.95) if learns else (accuracy < 0.65), accuracy
+
+
+def test_a_checkpoint_round_trips_and_refuses_foreign_files(tmp_path: Path) -> None:
+    cfg = TextCNNConfig(vocab_size=25, dim=6, widths=(2, 3), filters=5)
+    model = build_textcnn(cfg, torch.randn(25, 6)).eval()
+    path = save_textcnn(model, cfg, tmp_path / "cnn" / "model.safetensors", vocabulary="abc")
+    loaded, loaded_cfg = load_textcnn(path)
+    assert loaded_cfg == cfg and not loaded.training
+    ids = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
+    torch.testing.assert_close(loaded(ids), model(ids))
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ArtifactError, match="not a word-CNN checkpoint"):
+        load_textcnn(tmp_path / "other.safetensors")
+    (tmp_path / "broken.safetensors").write_bytes(b"not a checkpoint")
+    with pytest.raises(ArtifactError, match="rerun `dvc repro cnn`"):
+        load_textcnn(tmp_path / "broken.safetensors")
+    with pytest.raises(FileNotFoundError, match="dvc repro cnn"):
+        load_textcnn(tmp_path / "missing.safetensors")
