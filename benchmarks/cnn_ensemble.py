@@ -32,7 +32,7 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.splits import load_split
 from pipeline.stages.baseline import run as fit_baseline
-from pipeline.stages.cnn import extra_task, train
+from pipeline.stages.cnn import train, with_extra
 from pipeline.stages.finetune import validation
 from pipeline.task import encode_train
 
@@ -65,11 +65,7 @@ def main() -> None:
 
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
-    sequences, labels = encode_train(tok, train_df, task)
-    other = extra_task(cfg, task)
-    if other is not None:
-        extra_seqs, extra_labels = encode_train(tok, load_split(args.data, other, "train"), other)
-        sequences, labels = sequences + extra_seqs, np.concatenate([labels, extra_labels])
+    (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, task))
     t_share = 1.0 - ens.baseline_share - ens.cnn_share
     rows = []
     for seed in args.seeds:

@@ -22,22 +22,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
-from minibert.inference import predict_logits
 from minibert.textcnn import TextCNN, TextCNNConfig, build_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Tracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import CNNParams, FinetuneParams, Params, TaskParams, load_params
-from pipeline.progress import progress
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.stages.finetune import Validation, train_classifier, validation
+from pipeline.stages.teacher_logits import chunked_logits
 from pipeline.task import encode_train
 from pipeline.transfer_texts import load_transfer_split
-
-CHUNK_ROWS = 4096
 
 
 def extra_task(cfg: CNNParams, task: TaskParams) -> TaskParams | None:
@@ -65,11 +63,14 @@ def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np
     return model, model_cfg, metrics
 
 
-def score(model: TextCNN, sequences: list[list[int]], what: str) -> np.ndarray:
-    """(N, L) logits, a progress-bar step a chunk."""
-    out = [predict_logits(model.eval(), sequences[i : i + CHUNK_ROWS], batch_size=256)
-           for i in progress(range(0, len(sequences), CHUNK_ROWS), what, unit="chunk")]
-    return np.concatenate(out) if out else np.zeros((0, model.classifier.out_features), np.float32)
+def with_extra(tok: Tokenizer, data: Path, cfg: CNNParams, task: TaskParams,
+               rows: tuple[list[list[int]], np.ndarray]) -> tuple[tuple[list[list[int]], np.ndarray], int]:
+    """The task's encoded training ``rows`` followed by the extra task's (cut by ``extra_task``), and how many of those."""
+    other = extra_task(cfg, task)
+    if other is None:
+        return rows, 0
+    extra, extra_labels = encode_train(tok, load_split(data, other, "train"), other)
+    return (rows[0] + extra, np.concatenate([rows[1], extra_labels])), len(extra)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -110,17 +111,12 @@ def main(argv: list[str] | None = None) -> None:
         vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
         val_df = load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        rows: tuple[list[list[int]], np.ndarray] = (sequences, labels)
-        extra_rows = 0
-        if other is not None:
-            extra_df = load_split(args.data, other, "train")
-            extra_seqs, extra_labels = encode_train(tok, extra_df, other)
-            rows, extra_rows = (sequences + extra_seqs, np.concatenate([labels, extra_labels])), len(extra_seqs)
+        rows, extra_rows = with_extra(tok, args.data, cfg, task, (sequences, labels))
         model, model_cfg, metrics = train(cfg, vectors, rows, validation(tok, val_df, task), tracker,
                                           num_labels=int(pd.concat([train_df, val_df])["label"].max()) + 1)
         start = time.perf_counter()
-        logits = score(model, sequences, "cnn logits")
-        transfer_logits = score(model, transfer, "cnn logits, transfer set")
+        logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)
+        transfer_logits = chunked_logits(model, transfer, "cnn logits, transfer set", model_cfg.num_labels, batch_size=256)
         save_logits(files["train"], logits, labels)
         save_logits(files["transfer"], transfer_logits, transfer_labels)
         model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok))

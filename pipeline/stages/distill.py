@@ -18,6 +18,7 @@ selection as fine-tuning.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -132,15 +133,13 @@ def main(argv: list[str] | None = None) -> None:
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
         teacher_logits = load_logits(args.teacher_logits, labels)
 
-        def baseline(path: Path, text_labels: np.ndarray) -> np.ndarray | None:  # per-text TF-IDF log-probabilities
-            if params.distill.ensemble.baseline_share == 0:
-                return None
-            return load_logits(path, text_labels, "baseline_oof", columns=teacher_logits.shape[1])
+        def source(share: float, stage: str) -> Callable[[Path, np.ndarray], np.ndarray | None]:
+            """A mixed-in model's logits (None at share 0): TF-IDF's per text, the word-CNN's per row."""
+            return lambda path, labels: (None if share == 0 else
+                                         load_logits(path, labels, stage, columns=teacher_logits.shape[1]))
 
-        def cnn(path: Path, row_labels: np.ndarray) -> np.ndarray | None:  # per-row word-CNN logits
-            if params.distill.ensemble.cnn_share == 0:
-                return None
-            return load_logits(path, row_labels, "cnn", columns=teacher_logits.shape[1])
+        baseline = source(params.distill.ensemble.baseline_share, "baseline_oof")
+        cnn = source(params.distill.ensemble.cnn_share, "cnn")
 
         baseline_logits = baseline(args.baseline_oof, train_df["label"].to_numpy())
         targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index, cnn(args.cnn_logits, labels))

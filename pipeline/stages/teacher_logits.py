@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.inference import predict_logits
@@ -36,12 +37,17 @@ from pipeline.transfer_texts import load_transfer_split
 CHUNK_ROWS = 4096
 
 
-def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str, precision: str = "fp32") -> np.ndarray:
-    """(N, L) logits; a progress-bar step a chunk, each chunk batched by length."""
+def chunked_logits(model: nn.Module, sequences: list[list[int]], what: str, num_labels: int,
+                   precision: str = "fp32", batch_size: int = 128) -> np.ndarray:
+    """(N, num_labels) logits of any ``model(ids, mask)``; a progress-bar step a chunk, each chunk batched by length."""
     chunks = range(0, len(sequences), CHUNK_ROWS)
-    out = [predict_logits(teacher.eval(), sequences[i : i + CHUNK_ROWS], batch_size=128, precision=precision)
+    out = [predict_logits(model.eval(), sequences[i : i + CHUNK_ROWS], batch_size=batch_size, precision=precision)
            for i in progress(chunks, what, unit="chunk")]
-    return np.concatenate(out) if out else np.zeros((0, teacher.head.classifier.out_features), np.float32)
+    return np.concatenate(out) if out else np.zeros((0, num_labels), np.float32)
+
+
+def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str, precision: str = "fp32") -> np.ndarray:
+    return chunked_logits(teacher, sequences, what, teacher.head.classifier.out_features, precision)
 
 
 def main(argv: list[str] | None = None) -> None:
