@@ -412,6 +412,27 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
         params.write_text(original)
 
 
+def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(project: tuple[Path, str], tmp_path: Path) -> None:
+    """The imdb and gpu profiles set `distill.ensemble.cnn_share: 0`: the stage then writes logit files with
+    the teacher's rows and no columns (distill never reads them) and removes a model an earlier run left."""
+    dest, _ = project
+    data = yaml.safe_load((dest / "params.yaml").read_text())
+    data["distill"]["ensemble"]["cnn_share"] = 0
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "cnn"
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"an earlier run's model")
+    sh(["env", f"MINIBERT_PARAMS={tmp_path / 'params.yaml'}", sys.executable, "-m", "pipeline.stages.cnn",
+        "--out", str(out), "--metrics", str(tmp_path / "cnn.json")], dest)
+    teacher = np.load(dest / "models" / "teacher_logits" / "train.npz")["labels"]
+    train, transfer = np.load(out / "train.npz"), np.load(out / "transfer.npz")
+    np.testing.assert_array_equal(train["labels"], teacher)
+    assert train["logits"].shape == (len(teacher), 0) and transfer["logits"].shape == (200, 0)
+    assert not (out / "model.safetensors").exists()
+    metrics = json.loads((tmp_path / "cnn.json").read_text())
+    assert metrics["skipped"] and metrics["rows"] == len(teacher) and "val_accuracy" not in metrics
+
+
 def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_refuses(
         project: tuple[Path, str], tmp_path: Path) -> None:
     """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a

@@ -1,0 +1,131 @@
+"""Distillation variants on a finished run's own soft targets: how far the student sits below what it learns.
+
+On a finished pipeline run (``--root``), reads the soft targets its stages saved (``teacher_logits``,
+``baseline_oof`` and ``cnn``: training rows and transfer set), then for every variant (a ``;``-separated
+list of space-separated ``section.key=value`` overrides of the run's params.yaml; an empty variant is
+the run's own params) and seed trains the ``distill`` stage's student (``pipeline.stages.distill.run``)
+and scores it on validation and on the test split of record. Nothing is refitted, so every variant
+learns the same targets. First it prints the members the targets average, on the same splits: the
+teacher, the saved word-CNN, TF-IDF + LR refitted as ``baseline_oof``'s folds are (the training rows
+plus ``distill.ensemble.extra_task``'s texts) and their mix at the run's shares, the student's ceiling.
+Prints a table (mean over seeds per variant) and appends one JSON record to
+benchmarks/results/distill_variants.jsonl.
+
+    python benchmarks/distill_variants.py --root <run> --seeds 0,1 --variants ';distill.temperature=1.0'
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from common import ROOT, load_with_overrides, parse_overrides
+
+from minibert.checkpoint import load_model
+from minibert.runtime import softmax
+from minibert.textcnn import load_textcnn
+from minibert.tokenizer import load_tokenizer
+from minibert.trainer import NullTracker
+from pipeline.soft_targets import load_logits
+from pipeline.splits import load_split
+from pipeline.stages import distill
+from pipeline.stages.baseline import run as fit_baseline
+from pipeline.stages.finetune import validation
+from pipeline.task import encode_train_indexed
+from pipeline.transfer_texts import load_transfer_split
+
+
+def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
+    return float((prob.argmax(axis=1) == labels).mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True, help="a finished pipeline run's project folder")
+    parser.add_argument("--variants", default="", help="';'-separated variants of space-separated section.key=value")
+    parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    root, models = args.root, args.root / "models"
+    params = load_with_overrides(root / "params.yaml", {})
+    task, ens = params.task, params.distill.ensemble
+    tok = load_tokenizer(models / "tokenizer" / "tokenizer.json")
+    data = root / "data" / "prepared"
+    train_df, val_df, test_df = (load_split(data, task, s) for s in ("train", "val", "test"))
+    scorers = [validation(tok, df, task) for df in (val_df, test_df)]
+    labels = [s.labels for s in scorers]
+
+    teacher, _, head_cfg = load_model(models / "finetune" / "model.safetensors")
+    members = {"teacher": [softmax(s.logits(teacher)) for s in scorers]}
+    if ens.cnn_share > 0:
+        cnn, _ = load_textcnn(models / "cnn" / "model.safetensors")
+        members["cnn"] = [softmax(s.logits(cnn)) for s in scorers]
+    if ens.baseline_share > 0:
+        fit_rows = train_df
+        if ens.extra_task != "none":
+            fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(task, name=ens.extra_task), "train")])
+        baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
+        members["tfidf"] = [baseline.predict_proba(df["text"]) for df in (val_df, test_df)]
+    shares = {"teacher": 1.0 - ens.baseline_share - ens.cnn_share, "tfidf": ens.baseline_share, "cnn": ens.cnn_share}
+    members["mix at the run's shares"] = [sum(shares[k] * members[k][i] for k in shares if k in members) for i in (0, 1)]
+    ceiling = {name: {"val": accuracy(p[0], labels[0]), "test": accuracy(p[1], labels[1])} for name, p in members.items()}
+
+    sequences, train_labels, text_index = encode_train_indexed(tok, train_df, task)
+    transfer_df = load_transfer_split(root / "data" / "transfer" / "texts.parquet")
+    transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
+
+    def saved(stage: str, part: str, rows: np.ndarray, share: float) -> np.ndarray | None:
+        return None if share == 0 else load_logits(models / stage / f"{part}.npz", rows, stage, columns=2)
+
+    train_sources = (load_logits(models / "teacher_logits" / "train.npz", train_labels),
+                     saved("baseline_oof", "train", train_df["label"].to_numpy(), ens.baseline_share), text_index,
+                     saved("cnn", "train", train_labels, ens.cnn_share))
+    transfer_sources = (load_logits(models / "teacher_logits" / "transfer.npz", transfer_labels),
+                        saved("baseline_oof", "transfer", transfer_df["label"].to_numpy(), ens.baseline_share),
+                        transfer_index, saved("cnn", "transfer", transfer_labels, ens.cnn_share))
+
+    runs = []
+    for variant in [v.split() for v in args.variants.split(";")]:
+        for seed in args.seeds:
+            p = load_with_overrides(root / "params.yaml", parse_overrides([*variant, f"distill.seed={seed}"]))
+            cfg = p.distill
+            if (cfg.ensemble.baseline_share > 0) != (ens.baseline_share > 0) or (cfg.ensemble.cnn_share > 0) != (ens.cnn_share > 0):
+                raise SystemExit("error: a variant may change the shares, not switch a member the run did not score on or off")
+            n = cfg.transfer_set.rows
+            if n > len(transfer):
+                raise SystemExit(f"error: distill.transfer_set.rows={n}: the run's transfer set holds {len(transfer)}")
+            rows, targets = distill.with_transfer((sequences, train_labels), distill.soft_targets(cfg, *train_sources),
+                                                  transfer[:n], distill.soft_targets(cfg, *transfer_sources)[:n])
+            start = time.perf_counter()
+            student, metrics = distill.run(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
+                                           scorers[0], NullTracker())
+            runs.append({"variant": " ".join(variant) or "the run's params", "seed": seed,
+                         "val": accuracy(scorers[0].logits(student), labels[0]),
+                         "test": accuracy(scorers[1].logits(student), labels[1]),
+                         "seconds": time.perf_counter() - start, "steps": metrics["steps"],
+                         "non_embedding_params": metrics["student_non_embedding_params"]})
+            print(json.dumps(runs[-1]), flush=True)
+
+    print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
+    for name, row in ceiling.items():
+        print(f"| {name} | {row['val']:.2%} | {row['test']:.2%} |")
+    for name in dict.fromkeys(r["variant"] for r in runs):
+        mine = [r for r in runs if r["variant"] == name]
+        print(f"| student: {name} (mean of {len(mine)} seeds) | {np.mean([r['val'] for r in mine]):.2%} | "
+              f"{np.mean([r['test'] for r in mine]):.2%} ({', '.join(format(r['test'], '.2%') for r in mine)}) |")
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(root), "task": task.name,
+              "members": ceiling, "runs": runs}
+    with (ROOT / "benchmarks" / "results" / "distill_variants.jsonl").open("a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
