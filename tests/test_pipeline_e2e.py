@@ -424,10 +424,13 @@ def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(proje
     (out / "model.safetensors").write_bytes(b"an earlier run's model")
     sh(["env", f"MINIBERT_PARAMS={tmp_path / 'params.yaml'}", sys.executable, "-m", "pipeline.stages.cnn",
         "--out", str(out), "--metrics", str(tmp_path / "cnn.json")], dest)
-    teacher = np.load(dest / "models" / "teacher_logits" / "train.npz")["labels"]
+    # rows as the teacher's, whichever task the earlier `dvc exp run`s left in the workspace (IMDb: windows)
+    teacher, teacher_transfer = (np.load(dest / "models" / "teacher_logits" / f"{part}.npz")["labels"]
+                                 for part in ("train", "transfer"))
     train, transfer = np.load(out / "train.npz"), np.load(out / "transfer.npz")
     np.testing.assert_array_equal(train["labels"], teacher)
-    assert train["logits"].shape == (len(teacher), 0) and transfer["logits"].shape == (200, 0)
+    assert train["logits"].shape == (len(teacher), 0) and transfer["logits"].shape == (len(teacher_transfer), 0)
+    assert len(teacher_transfer) >= 200
     assert not (out / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "cnn.json").read_text())
     assert metrics["skipped"] and metrics["rows"] == len(teacher) and "val_accuracy" not in metrics
