@@ -22,23 +22,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
-from common import ROOT, add_params_args, load_with_overrides, parse_overrides
+from common import ROOT, accuracy, add_params_args, fit_tfidf_with_extra, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model
 from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.splits import load_split
-from pipeline.stages.baseline import run as fit_baseline
 from pipeline.stages.cnn import train, with_extra
 from pipeline.stages.finetune import validation
 from pipeline.task import encode_train
-
-
-def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
-    return float((prob.argmax(axis=1) == labels).mean())
 
 
 def main() -> None:
@@ -57,10 +51,7 @@ def main() -> None:
 
     teacher, _, _ = load_model(args.root / "models" / "finetune" / "model.safetensors")
     t_val, t_test = (softmax(s.logits(teacher)) for s in scorers)
-    fit_rows = train_df
-    if ens.extra_task != "none":
-        fit_rows = pd.concat([train_df, load_split(args.data, dataclasses.replace(task, name=ens.extra_task), "train")])
-    baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
+    baseline, fit_rows = fit_tfidf_with_extra(params, args.data, train_df, val_df)
     b_val, b_test = baseline.predict_proba(val_df["text"]), baseline.predict_proba(test_df["text"])
 
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
@@ -91,7 +82,7 @@ def main() -> None:
     record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
               "overrides": args.overrides, "cnn": dataclasses.asdict(cfg),
               "teacher": {"val": accuracy(t_val, y_val), "test": accuracy(t_test, y_test)},
-              "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": len(fit_rows)},
+              "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": fit_rows},
               "seeds": rows}
     print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
     print(f"| teacher | {record['teacher']['val']:.2%} | {record['teacher']['test']:.2%} |")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
 import yaml
 from tokenizers import Tokenizer
@@ -25,6 +26,7 @@ from minibert.trainer import Hooks, NullTracker, RecordingTracker, Tracker, fit
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.splits import load_split
+from pipeline.stages.baseline import run as fit_baseline
 from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
 from pipeline.task import encode_train
 
@@ -125,3 +127,18 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     scored = classification_metrics(data.test[1], data.test[0](model))
     return {**metrics, "test_accuracy": scored["accuracy"], "test_f1": scored["f1"],
             "test_seconds": time.perf_counter() - start}
+
+
+def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
+    """Share of rows whose highest-scoring class is the label."""
+    return float((prob.argmax(axis=1) == labels).mean())
+
+
+def fit_tfidf_with_extra(params: Params, data: Path, train_df: pd.DataFrame, val_df: pd.DataFrame):
+    """The ``baseline`` section's TF-IDF + LR fitted as the student's soft targets see it: the task's
+    training rows plus ``distill.ensemble.extra_task``'s labelled texts."""
+    fit_rows, extra = train_df, params.distill.ensemble.extra_task
+    if extra != "none":
+        fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(params.task, name=extra), "train")])
+    baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
+    return baseline, len(fit_rows)

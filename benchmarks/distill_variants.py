@@ -17,33 +17,25 @@ benchmarks/results/distill_variants.jsonl.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
-from common import ROOT, load_with_overrides, parse_overrides
+from common import ROOT, accuracy, fit_tfidf_with_extra, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model
 from minibert.runtime import softmax
 from minibert.textcnn import load_textcnn
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
-from pipeline.soft_targets import load_logits
 from pipeline.splits import load_split
 from pipeline.stages import distill
-from pipeline.stages.baseline import run as fit_baseline
 from pipeline.stages.finetune import validation
 from pipeline.task import encode_train_indexed
 from pipeline.transfer_texts import load_transfer_split
-
-
-def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
-    return float((prob.argmax(axis=1) == labels).mean())
 
 
 def main() -> None:
@@ -69,10 +61,7 @@ def main() -> None:
         cnn, _ = load_textcnn(models / "cnn" / "model.safetensors")
         members["cnn"] = [softmax(s.logits(cnn)) for s in scorers]
     if ens.baseline_share > 0:
-        fit_rows = train_df
-        if ens.extra_task != "none":
-            fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(task, name=ens.extra_task), "train")])
-        baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
+        baseline, _ = fit_tfidf_with_extra(params, data, train_df, val_df)
         members["tfidf"] = [baseline.predict_proba(df["text"]) for df in (val_df, test_df)]
     shares = {"teacher": 1.0 - ens.baseline_share - ens.cnn_share, "tfidf": ens.baseline_share, "cnn": ens.cnn_share}
     members["mix at the run's shares"] = [sum(shares[k] * members[k][i] for k in shares if k in members) for i in (0, 1)]
@@ -82,15 +71,11 @@ def main() -> None:
     transfer_df = load_transfer_split(root / "data" / "transfer" / "texts.parquet")
     transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
 
-    def saved(stage: str, part: str, rows: np.ndarray, share: float) -> np.ndarray | None:
-        return None if share == 0 else load_logits(models / stage / f"{part}.npz", rows, stage, columns=2)
-
-    train_sources = (load_logits(models / "teacher_logits" / "train.npz", train_labels),
-                     saved("baseline_oof", "train", train_df["label"].to_numpy(), ens.baseline_share), text_index,
-                     saved("cnn", "train", train_labels, ens.cnn_share))
-    transfer_sources = (load_logits(models / "teacher_logits" / "transfer.npz", transfer_labels),
-                        saved("baseline_oof", "transfer", transfer_df["label"].to_numpy(), ens.baseline_share),
-                        transfer_index, saved("cnn", "transfer", transfer_labels, ens.cnn_share))
+    files = [[models / stage / f"{part}.npz" for stage in ("teacher_logits", "baseline_oof", "cnn")]
+             for part in ("train", "transfer")]
+    train_sources = distill.load_sources(params.distill, files[0], train_labels, train_df["label"].to_numpy(), text_index)
+    transfer_sources = distill.load_sources(params.distill, files[1], transfer_labels, transfer_df["label"].to_numpy(),
+                                            transfer_index)
 
     runs = []
     for variant in [v.split() for v in args.variants.split(";")]:

@@ -18,8 +18,8 @@ selection as fine-tuning.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -88,6 +88,28 @@ def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits
     return mix_ensemble(teacher_logits, others) if others else teacher_logits
 
 
+class Sources(NamedTuple):
+    """What ``soft_targets`` mixes, for one set of rows: the teacher's logits, TF-IDF's per text (None at
+    share 0) with each row's text index, the word-CNN's per row (None at share 0)."""
+
+    teacher: np.ndarray
+    baseline: np.ndarray | None
+    text_index: np.ndarray
+    cnn: np.ndarray | None
+
+
+def load_sources(cfg: DistillParams, paths: tuple[Path, Path, Path], labels: np.ndarray, text_labels: np.ndarray,
+                 text_index: np.ndarray) -> Sources:
+    """The saved logits of ``teacher_logits``, ``baseline_oof`` and ``cnn`` (``paths``, in that order) for rows
+    with ``labels`` (TF-IDF's: texts with ``text_labels``); a member with share 0 is not read."""
+    teacher = load_logits(paths[0], labels)
+    columns = teacher.shape[1]
+    ens = cfg.ensemble
+    baseline = None if ens.baseline_share == 0 else load_logits(paths[1], text_labels, "baseline_oof", columns=columns)
+    cnn = None if ens.cnn_share == 0 else load_logits(paths[2], labels, "cnn", columns=columns)
+    return Sources(teacher, baseline, text_index, cnn)
+
+
 def with_transfer(train: tuple[list[list[int]], np.ndarray], targets: np.ndarray,
                   transfer: list[list[int]], transfer_targets: np.ndarray) -> tuple[tuple[list[list[int]], np.ndarray], np.ndarray]:
     """The training rows followed by the transfer set's, whose labels are their soft targets' argmax
@@ -131,25 +153,14 @@ def main(argv: list[str] | None = None) -> None:
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
-        teacher_logits = load_logits(args.teacher_logits, labels)
-
-        def source(share: float, stage: str) -> Callable[[Path, np.ndarray], np.ndarray | None]:
-            """A mixed-in model's logits (None at share 0): TF-IDF's per text, the word-CNN's per row."""
-            return lambda path, labels: (None if share == 0 else
-                                         load_logits(path, labels, stage, columns=teacher_logits.shape[1]))
-
-        baseline = source(params.distill.ensemble.baseline_share, "baseline_oof")
-        cnn = source(params.distill.ensemble.cnn_share, "cnn")
-
-        baseline_logits = baseline(args.baseline_oof, train_df["label"].to_numpy())
-        targets = soft_targets(params.distill, teacher_logits, baseline_logits, text_index, cnn(args.cnn_logits, labels))
+        sources = load_sources(params.distill, (args.teacher_logits, args.baseline_oof, args.cnn_logits),
+                               labels, train_df["label"].to_numpy(), text_index)
         transfer_df = load_transfer_split(args.transfer)
         tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.transfer, context="training", targets=None)
         transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
-        transfer_teacher = load_logits(args.teacher_transfer, transfer_labels)
-        transfer_baseline = baseline(args.baseline_transfer, transfer_df["label"].to_numpy())
-        transfer_targets = soft_targets(params.distill, transfer_teacher, transfer_baseline, transfer_index,
-                                        cnn(args.cnn_transfer, transfer_labels))
+        transfer_sources = load_sources(params.distill, (args.teacher_transfer, args.baseline_transfer, args.cnn_transfer),
+                                        transfer_labels, transfer_df["label"].to_numpy(), transfer_index)
+        targets, transfer_targets = soft_targets(params.distill, *sources), soft_targets(params.distill, *transfer_sources)
         rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
         recorder = RecordingTracker(tracker)
         student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets,
