@@ -73,8 +73,8 @@ def main() -> None:
 
     files = [[models / stage / f"{part}.npz" for stage in ("teacher_logits", "baseline_oof", "cnn")]
              for part in ("train", "transfer")]
-    train_sources = distill.load_sources(params.distill, files[0], train_labels, train_df["label"].to_numpy(), text_index)
-    transfer_sources = distill.load_sources(params.distill, files[1], transfer_labels, transfer_df["label"].to_numpy(),
+    train_sources = distill.load_sources((ens.baseline_share, ens.cnn_share), files[0], train_labels, train_df["label"].to_numpy(), text_index)
+    transfer_sources = distill.load_sources((ens.baseline_share, ens.cnn_share), files[1], transfer_labels, transfer_df["label"].to_numpy(),
                                             transfer_index)
 
     runs = []

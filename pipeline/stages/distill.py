@@ -98,15 +98,15 @@ class Sources(NamedTuple):
     cnn: np.ndarray | None
 
 
-def load_sources(cfg: DistillParams, paths: tuple[Path, Path, Path], labels: np.ndarray, text_labels: np.ndarray,
-                 text_index: np.ndarray) -> Sources:
+def load_sources(shares: tuple[float, float], paths: tuple[Path, Path, Path], labels: np.ndarray,
+                 text_labels: np.ndarray, text_index: np.ndarray) -> Sources:
     """The saved logits of ``teacher_logits``, ``baseline_oof`` and ``cnn`` (``paths``, in that order) for rows
-    with ``labels`` (TF-IDF's: texts with ``text_labels``); a member with share 0 is not read."""
+    with ``labels`` (TF-IDF's: texts with ``text_labels``); a member whose share (``shares``: TF-IDF's, the
+    CNN's) is 0 is not read."""
     teacher = load_logits(paths[0], labels)
     columns = teacher.shape[1]
-    ens = cfg.ensemble
-    baseline = None if ens.baseline_share == 0 else load_logits(paths[1], text_labels, "baseline_oof", columns=columns)
-    cnn = None if ens.cnn_share == 0 else load_logits(paths[2], labels, "cnn", columns=columns)
+    baseline = None if shares[0] == 0 else load_logits(paths[1], text_labels, "baseline_oof", columns=columns)
+    cnn = None if shares[1] == 0 else load_logits(paths[2], labels, "cnn", columns=columns)
     return Sources(teacher, baseline, text_index, cnn)
 
 
@@ -153,12 +153,13 @@ def main(argv: list[str] | None = None) -> None:
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         sequences, labels, text_index = encode_train_indexed(tok, train_df, task)
-        sources = load_sources(params.distill, (args.teacher_logits, args.baseline_oof, args.cnn_logits),
+        shares = (params.distill.ensemble.baseline_share, params.distill.ensemble.cnn_share)
+        sources = load_sources(shares, (args.teacher_logits, args.baseline_oof, args.cnn_logits),
                                labels, train_df["label"].to_numpy(), text_index)
         transfer_df = load_transfer_split(args.transfer)
         tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.transfer, context="training", targets=None)
         transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
-        transfer_sources = load_sources(params.distill, (args.teacher_transfer, args.baseline_transfer, args.cnn_transfer),
+        transfer_sources = load_sources(shares, (args.teacher_transfer, args.baseline_transfer, args.cnn_transfer),
                                         transfer_labels, transfer_df["label"].to_numpy(), transfer_index)
         targets, transfer_targets = soft_targets(params.distill, *sources), soft_targets(params.distill, *transfer_sources)
         rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
