@@ -40,9 +40,10 @@ import onnxruntime
 import torch
 
 from minibert.batching import pad_batch, sorted_batches
-from minibert.checkpoint import load_model
+from minibert.checkpoint import load_model, read_metadata
+from minibert.classifiers import load_classifier
 from minibert.export import export_onnx, load_session, parity
-from minibert.model import parameter_counts
+from minibert.model import SequenceClassifier, parameter_counts
 from minibert.ort_fusion import optimize_for_ort
 from minibert.quantize import load_int8, quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
@@ -111,7 +112,7 @@ def main() -> None:
 
     teacher, _, _ = load_model(root / "models/finetune/model.safetensors")
     student_path = root / "models/distill/model.safetensors"
-    student, student_cfg, _ = load_model(student_path)
+    student = load_classifier(student_path)  # a minibert, or the word-CNN of distill.student_kind: word_cnn
     int8 = load_int8(student, root / "models/quantize/student_int8.pt")
     (_, t_non_emb), (_, s_non_emb) = parameter_counts(teacher), parameter_counts(student)
 
@@ -122,9 +123,12 @@ def main() -> None:
         "onnx_int8_reduce_range": quantize_onnx_int8(fused, tmp / "rr.onnx", reduce_range=True),
         "onnx_int8_unfused": quantize_onnx_int8(portable, tmp / "unfused.onnx"),
     }
-    optimized = tmp / "optimized.onnx"
-    fusions = optimize_for_ort(fused, optimized, student_cfg.num_heads, student_cfg.hidden_size)
-    built["onnx_int8_ort_optimizer"] = quantize_onnx_int8(optimized, tmp / "optimized_int8.onnx")
+    fusions: dict[str, int] = {}
+    if isinstance(student, SequenceClassifier):  # ORT's transformer optimiser: nothing to fuse in a word-CNN
+        student_cfg = read_metadata(student_path)[1]
+        optimized = tmp / "optimized.onnx"
+        fusions = optimize_for_ort(fused, optimized, student_cfg.num_heads, student_cfg.hidden_size)
+        built["onnx_int8_ort_optimizer"] = quantize_onnx_int8(optimized, tmp / "optimized_int8.onnx")
     teacher_onnx = export_onnx(teacher, tmp / "teacher_fused.onnx", fused_attention=True)
     built["teacher_onnx_int8"] = quantize_onnx_int8(teacher_onnx, tmp / "teacher_int8.onnx")
 
@@ -141,12 +145,14 @@ def main() -> None:
         torch_variant("student torch int8", "student", int8, root / "models/quantize/student_int8.pt"),
         onnx_variant("student onnx fp32 (portable)", portable, tok_path, task, args.threads),
         onnx_variant("student onnx fp32 (fused)", fused, tok_path, task, args.threads),
-        onnx_variant("student onnx fp32 (fused + ORT optimiser)", optimized, tok_path, task, args.threads),
         onnx_variant("student onnx int8 (unfused)", built["onnx_int8_unfused"], tok_path, task, args.threads),
         onnx_variant("student onnx int8 (fused) = deployed", built["onnx_int8"], tok_path, task, args.threads),
         onnx_variant("student onnx int8 (fused, reduce_range)", built["onnx_int8_reduce_range"], tok_path, task, args.threads),
-        onnx_variant("student onnx int8 (fused + ORT optimiser)", built["onnx_int8_ort_optimizer"], tok_path, task, args.threads),
     ]
+    if "onnx_int8_ort_optimizer" in built:
+        variants += [onnx_variant("student onnx fp32 (fused + ORT optimiser)", optimized, tok_path, task, args.threads),
+                     onnx_variant("student onnx int8 (fused + ORT optimiser)", built["onnx_int8_ort_optimizer"], tok_path, task,
+                                  args.threads)]
     teacher_int8 = onnx_variant("teacher onnx int8 (fused)", built["teacher_onnx_int8"], tok_path, task, args.threads)
     variants.append(Variant(teacher_int8.name, "teacher", teacher_int8.texts, teacher_int8.single, teacher_int8.windows,
                             teacher_int8.size_mb))

@@ -25,6 +25,7 @@ from minibert.model import MaskedLM, SequenceClassifier, build_classifier, build
 from minibert.tokenizer import vocabulary_digest
 
 KINDS: dict[type[nn.Module], str] = {MaskedLM: "mlm", SequenceClassifier: "classifier"}
+CONFIG_KEYS = {"model_config", "textcnn_config"}  # a header holds one: minibert's, or the word-CNN's (minibert.textcnn)
 
 
 def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str | os.PathLike[str],
@@ -60,15 +61,23 @@ def _header(path: Path) -> dict[str, str]:
     except (SafetensorError, OSError, json.JSONDecodeError) as err:
         raise ArtifactError(f"{path} is not a readable safetensors checkpoint (truncated or damaged: {err}); "
                             "delete it and rerun the stage that writes it") from err
-    if "kind" not in meta or "model_config" not in meta:
+    if "kind" not in meta or not CONFIG_KEYS & meta.keys():
         raise ArtifactError(f"{path} has no minibert metadata (kind, model_config); was it written by save_model?")
     return meta
+
+
+def header(path: str | os.PathLike[str]) -> dict[str, str]:
+    """A checkpoint's minibert metadata (``kind``, its config as JSON, ``vocabulary_sha256``); ArtifactError if none."""
+    return _header(Path(path))
 
 
 def read_metadata(path: str | os.PathLike[str]) -> tuple[str, ModelConfig, ClassifierConfig | None]:
     """(kind, model config, classifier config or None) from a checkpoint's header."""
     path = Path(path)
     meta = _header(path)
+    if "model_config" not in meta:
+        raise ArtifactError(f"{path} holds a {meta['kind']} model, not a minibert encoder; load it with "
+                            "minibert.classifiers.load_classifier")
     cfg = ModelConfig.from_dict(json.loads(meta["model_config"]))
     head = ClassifierConfig(**json.loads(meta["classifier_config"])) if "classifier_config" in meta else None
     return meta["kind"], cfg, head
@@ -93,7 +102,7 @@ def check_tokenizer(path: str | os.PathLike[str], tok: Tokenizer, tokenizer_path
     path = Path(path)
     meta = _header(path)
     recorded = meta.get("vocabulary_sha256")
-    size = ModelConfig.from_dict(json.loads(meta["model_config"])).vocab_size
+    size = int(json.loads(meta.get("model_config") or meta["textcnn_config"])["vocab_size"])
     if recorded is not None and recorded != vocabulary_digest(tok):
         raise ArtifactError(f"{tokenizer_path} is not the tokenizer {path} was trained with (vocabulary digest "
                             f"{vocabulary_digest(tok)[:12]} vs {recorded[:12]}); use that run's tokenizer.json, "

@@ -165,3 +165,20 @@ class Distiller(nn.Module):
             if self.attention_weight:
                 loss = loss + self.attention_weight * attention_kl(s_weights[i], t_weights[t], real)
         return loss
+
+
+class LogitDistiller(nn.Module):
+    """Any classifier ``(ids, mask) -> logits`` as a student of cached soft targets (no teacher in memory):
+    ``forward`` is the student's, ``loss`` the KD objective on its logits alone. For students with no
+    layers to match the teacher's, such as the word-level CNN (Tang et al. 2019 distil BERT into a BiLSTM)."""
+
+    def __init__(self, student: nn.Module) -> None:
+        super().__init__()
+        self.student = student
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        return self.student(input_ids, attention_mask)
+
+    def loss(self, ids: Tensor, mask: Tensor, labels: Tensor, teacher_logits: Tensor, temperature: float,
+             alpha: float) -> Tensor:
+        return kd_loss(self.student(ids, mask), teacher_logits, labels, temperature, alpha)

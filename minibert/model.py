@@ -126,9 +126,10 @@ class SequenceClassifier(nn.Module):
 
 
 def parameter_counts(model: nn.Module) -> tuple[int, int]:
-    """(all parameters, non-embedding parameters): the size measure distillation targets use."""
+    """(all parameters, non-embedding parameters): the size measure distillation targets use. Embedding
+    parameters: a minibert's ``backbone.embeddings``, a word-CNN's (``minibert.textcnn``) ``embedding``."""
     total = sum(p.numel() for p in model.parameters())
-    embedding = sum(p.numel() for n, p in model.named_parameters() if n.startswith("backbone.embeddings."))
+    embedding = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("backbone.embeddings.", "embedding.")))
     return total, total - embedding
 
 

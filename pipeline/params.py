@@ -243,6 +243,9 @@ class TransferSetParams:
 @dataclass(frozen=True)
 class DistillParams:
     seed: int = 0
+    # transformer: a minibert of `student` shape started from the teacher; word_cnn: the cnn stage's
+    # word-level CNN (minibert.textcnn) trained on further, on the same soft targets (Tang et al. 2019)
+    student_kind: Literal["transformer", "word_cnn"] = "transformer"
     student: dict[str, Any] = field(default_factory=lambda: {"preset": "tiny"})
     temperature: float = 2.0
     alpha: float = 0.5  # weight of the soft (teacher) term; 1 - alpha on the labels
@@ -265,6 +268,12 @@ class DistillParams:
         for key in ("hidden_weight", "attention_weight"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"distill.{key}: {getattr(self, key)} must be >= 0 (0 = off)")
+        if self.student_kind == "word_cnn" and self.ensemble.cnn_share == 0:
+            raise ConfigError("distill.student_kind: 'word_cnn' starts from the cnn stage's model, which is trained only when "
+                              "distill.ensemble.cnn_share is above 0; raise that share or set student_kind: transformer")
+        if self.student_kind == "word_cnn" and (self.hidden_weight or self.attention_weight):
+            raise ConfigError("distill.hidden_weight / attention_weight: a word_cnn student has no layers to match; "
+                              "set both to 0 or student_kind: transformer")
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,8 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
     no_transfer = dataclasses.replace(params, finetune=dataclasses.replace(
         params.finetune, transfer=dataclasses.replace(params.finetune.transfer, task="none")))
     assert "transfer" not in plan_for(no_transfer, 0.0).budgets
-    no_cnn = dataclasses.replace(params, distill=dataclasses.replace(
-        params.distill, ensemble=dataclasses.replace(params.distill.ensemble, cnn_share=0.0)))
+    no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
+        params.distill, student_kind="transformer", ensemble=dataclasses.replace(params.distill.ensemble, cnn_share=0.0)))
     assert "cnn" not in plan_for(no_cnn, 0.0).budgets  # its stage trains nothing: no time reserved for it
     off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
     assert plan_for(off, 0.0) is None

@@ -196,6 +196,9 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
     ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
     ("distill.ensemble", "cnn_share", 0.8, r"distill\.ensemble\.cnn_share: 0\.8 \+ baseline_share 0\.3 exceed 1"),
+    ("distill.ensemble", "cnn_share", 0.0, r"distill\.student_kind: 'word_cnn' starts from the cnn stage's model, which is "
+                                           r"trained only when distill\.ensemble\.cnn_share is above 0"),
+    ("distill", "attention_weight", 1.0, r"distill\.hidden_weight / attention_weight: a word_cnn student has no layers"),
     ("cnn", "widths", [], r"cnn\.widths: \[\] is out of range; expected one or more widths"),
     ("cnn", "extra_max_length", 2, r"cnn\.extra_max_length: 2 is out of range; expected >= 3"),
     ("cnn", "dropout", 1.0, r"cnn\.dropout: 1\.0 is out of range; expected in \[0, 1\)"),

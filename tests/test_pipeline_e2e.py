@@ -20,6 +20,8 @@ import pytest
 import yaml
 from servers import background, free_port, healthy, wait_until
 
+from minibert.checkpoint import header
+
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
 STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "cnn", "distill", "export", "quantize",
@@ -319,7 +321,8 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     dest, _ = project
     # every review's windows are training rows: the TF-IDF soft targets (per review) must follow them
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
-              "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows"], dest)
+              "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows",
+              "-S", "distill.student_kind=word_cnn"], dest)  # and the word-CNN student through export and int8
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
     assert {"finetune", "baseline", "baseline_oof", "cnn", "distill", "evaluate", "register", "report"} <= set(ran)
@@ -331,6 +334,11 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     assert evaluation["student_onnx"]["accuracy"] == evaluation["student"]["accuracy"]
     export = json.loads((dest / "metrics" / "export.json").read_text())
     assert max(export[f"{graph}max_abs_diff_b{b}"] for b in (1, 8, 32) for graph in ("", "fused_")) <= 1e-4
+    assert export["fused_Attention_nodes"] == 0, "a word-CNN student has no attention to fuse"
+    assert header(dest / "models" / "distill" / "model.safetensors")["kind"] == "textcnn"
+    distill = json.loads((dest / "metrics" / "distill.json").read_text())
+    assert distill["tensors_from_teacher"] == 0 and 0 < distill["student_non_embedding_params"] < distill["student_params"]
+    assert 0.0 <= evaluation["student_onnx_int8"]["accuracy"] <= 1.0 and evaluation["student_onnx_int8"]["p50_ms"] > 0
     mlflow, client = client_for(dest)
     evaluate_runs = client.search_runs([client.get_experiment_by_name("minibert-tiny").experiment_id],
                                        filter_string="tags.`minibert.stage` = 'evaluate'", order_by=["attributes.start_time DESC"])
@@ -418,6 +426,7 @@ def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(proje
     dest, _ = project
     data = yaml.safe_load((dest / "params.yaml").read_text())
     data["distill"]["ensemble"]["cnn_share"] = 0
+    data["distill"]["student_kind"] = "transformer"  # the IMDb exp run leaves word_cnn, which needs the CNN
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "cnn"
     out.mkdir()

@@ -91,3 +91,60 @@ def test_a_checkpoint_round_trips_and_refuses_foreign_files(tmp_path: Path) -> N
         load_textcnn(tmp_path / "broken.safetensors")
     with pytest.raises(FileNotFoundError, match="dvc repro cnn"):
         load_textcnn(tmp_path / "missing.safetensors")
+
+
+def test_a_distilled_word_cnn_loads_as_a_classifier_and_checks_its_tokenizer(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    from minibert import ModelConfig, build_mlm
+    from minibert.checkpoint import check_tokenizer, load_model, save_model
+    from minibert.classifiers import load_classifier
+    from minibert.tokenizer import vocabulary_digest
+
+    tok = Tokenizer(WordLevel({f"w{i}": i for i in range(30)}, unk_token="w1"))
+    cfg = TextCNNConfig(vocab_size=30, dim=8, widths=(1, 2), filters=3)
+    model = build_textcnn(cfg).eval()
+    path = save_textcnn(model, cfg, tmp_path / "student.safetensors", vocabulary_digest(tok))
+    loaded = load_classifier(path)
+    ids = torch.tensor([[3, 4, 5, 0]])
+    torch.testing.assert_close(loaded(ids, (ids != 0).long()), model(ids, (ids != 0).long()), atol=0, rtol=0)
+    assert not loaded.training
+    check_tokenizer(path, tok, "tok.json")  # the tokenizer it was saved with passes
+    other = Tokenizer(WordLevel({f"v{i}": i for i in range(30)}, unk_token="v1"))
+    with pytest.raises(ArtifactError, match="is not the tokenizer"):
+        check_tokenizer(path, other, "other.json")
+    with pytest.raises(ArtifactError, match="holds a textcnn model, not a minibert encoder"):
+        load_model(path)
+    mlm_cfg = ModelConfig.preset("tiny", vocab_size=30)
+    mlm = save_model(build_mlm(mlm_cfg), mlm_cfg, tmp_path / "mlm.safetensors")
+    with pytest.raises(ArtifactError, match="holds a mlm model, not a sentence classifier"):
+        load_classifier(mlm)
+
+
+def test_the_logit_distiller_trains_a_word_cnn_toward_its_soft_targets() -> None:
+    from minibert.distill import LogitDistiller
+    from minibert.losses import kd_loss
+    from minibert.model import parameter_counts
+
+    torch.manual_seed(0)
+    cfg = TextCNNConfig(vocab_size=20, dim=8, widths=(1, 2), filters=4, dropout=0.0)
+    student = build_textcnn(cfg)
+    distiller = LogitDistiller(student)
+    assert parameter_counts(student) == (sum(p.numel() for p in student.parameters()),
+                                         sum(p.numel() for p in student.parameters()) - 20 * 8)
+    ids, labels = order_task(64, seed=3)
+    mask = torch.ones_like(ids)
+    targets = torch.randn(64, 2) * 3  # soft targets that disagree with the labels on some rows
+    torch.testing.assert_close(distiller(ids, mask), student(ids, mask))
+    before = distiller.loss(ids, mask, labels, targets, 2.0, 1.0)
+    torch.testing.assert_close(before, kd_loss(student(ids, mask), targets, labels, 2.0, 1.0))
+    opt = torch.optim.Adam(distiller.parameters(), lr=1e-2)
+    for _ in range(100):
+        opt.zero_grad()
+        distiller.loss(ids, mask, labels, targets, 2.0, 1.0).backward()
+        opt.step()
+    after = distiller.loss(ids, mask, labels, targets, 2.0, 1.0)
+    assert after.item() < 0.5 * before.item()
+    agree = (student(ids, mask).argmax(1) == targets.argmax(1)).float().mean().item()
+    assert agree > 0.9, "alpha 1: the student follows the soft targets, not the labels"

@@ -12,7 +12,9 @@ the teacher (``minibert.distill.init_student_from_teacher``: spaced layers at th
 projected embeddings when narrower) and is trained on alpha * T^2 * KL(teacher || student)
 + (1 - alpha) * CE, plus TinyBERT-style hidden-state and attention terms when ``hidden_weight`` /
 ``attention_weight`` are above 0, with the same batching, schedule and best-on-validation
-selection as fine-tuning.
+selection as fine-tuning. With ``distill.student_kind: word_cnn`` the student is instead the ``cnn``
+stage's word-level CNN, trained on further on the same soft targets and loss (it then reads the
+ensemble through its own vocabulary of n-gram filters, as Tang et al. 2019 distil BERT into a BiLSTM).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from torch import Tensor
 
 from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
-from minibert.distill import Distiller, init_student_from_teacher
+from minibert.distill import Distiller, LogitDistiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
+from minibert.textcnn import TextCNN, load_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
@@ -51,16 +54,9 @@ def run(
     copied = init_student_from_teacher(student, teacher)
     distiller = Distiller(student, teacher, cfg.hidden_weight, cfg.attention_weight)
 
-    # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits. Every loop
-    # choice is spelled out, so a change of FinetuneParams' defaults never changes distillation.
-    loop_cfg = FinetuneParams(
-        seed=cfg.seed, processes=1, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
-        optim=cfg.optim, accumulate=1, precision="fp32", llrd=1.0, unfreeze_every=0, adversarial="none", patience=0,
-        log_every=cfg.log_every, eval_every=max(1, len(train[0]) // cfg.batch_size // 2),
-    )
-    targets = np.concatenate([train[1][:, None].astype(np.float32), teacher_logits], axis=1)
+    # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
     distiller, metrics = train_classifier(
-        distiller, loop_cfg, (train[0], targets), val, tracker, name="distill",
+        distiller, loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], teacher_logits)), val, tracker, name="distill",
         step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
     )
     student = distiller.student.eval()
@@ -72,6 +68,37 @@ def run(
         "tensors_from_teacher": len(copied),
     })
     return student, metrics
+
+
+def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
+                 targets: np.ndarray, val: Validation, tracker: Tracker) -> tuple[TextCNN, dict]:
+    """``distill.student_kind: word_cnn``: the cnn stage's ``student`` trained on further on the soft targets
+    (its own logits among them at ``cnn_share``), with the same KD loss, loop and selection as ``run``."""
+    torch.manual_seed(cfg.seed)
+    distiller, metrics = train_classifier(
+        LogitDistiller(student.train()), loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
+        tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
+    )
+    student = distiller.student.eval()
+    teacher_non_embedding, (total, non_embedding) = parameter_counts(teacher)[1], parameter_counts(student)
+    metrics.update({"student_params": total, "student_non_embedding_params": non_embedding,
+                    "non_embedding_ratio": non_embedding / teacher_non_embedding, "tensors_from_teacher": 0})
+    return student, metrics
+
+
+def loop_config(cfg: DistillParams, rows: int) -> FinetuneParams:
+    """The fine-tuning loop's settings for distillation: every choice spelled out, so a change of
+    FinetuneParams' defaults never changes distillation; validation twice an epoch."""
+    return FinetuneParams(
+        seed=cfg.seed, processes=1, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
+        optim=cfg.optim, accumulate=1, precision="fp32", llrd=1.0, unfreeze_every=0, adversarial="none", patience=0,
+        log_every=cfg.log_every, eval_every=max(1, rows // cfg.batch_size // 2),
+    )
+
+
+def kd_targets(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """(N, 1 + L) rows that travel through the loop as labels do: the label, then the soft-target logits."""
+    return np.concatenate([labels[:, None].astype(np.float32), logits], axis=1)
 
 
 def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits: np.ndarray | None,
@@ -135,6 +162,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline-transfer", type=Path, default=Path("models/baseline_oof/transfer.npz"))
     parser.add_argument("--cnn-logits", type=Path, default=Path("models/cnn/train.npz"))
     parser.add_argument("--cnn-transfer", type=Path, default=Path("models/cnn/transfer.npz"))
+    parser.add_argument("--cnn-model", type=Path, default=Path("models/cnn/model.safetensors"),
+                        help="the word-CNN a student_kind: word_cnn student starts from")
     parser.add_argument("--out", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/distill.json"))
     parser.add_argument("--curves", type=Path, default=Path("plots/curves/distill.csv"),
@@ -144,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     task = params.task
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof,
-              args.cnn_logits]
+              args.cnn_logits] + ([args.cnn_model] if params.distill.student_kind == "word_cnn" else [])
     with stage_run("distill", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.teacher, tok, args.tokenizer)
@@ -164,11 +193,17 @@ def main(argv: list[str] | None = None) -> None:
         targets, transfer_targets = soft_targets(params.distill, *sources), soft_targets(params.distill, *transfer_sources)
         rows, all_targets = with_transfer((sequences, labels), targets, transfer, transfer_targets)
         recorder = RecordingTracker(tracker)
-        student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets,
-                               validation(tok, val_df, task), recorder)
+        val = validation(tok, val_df, task)
+        if params.distill.student_kind == "word_cnn":
+            check_tokenizer(args.cnn_model, tok, args.tokenizer)
+            cnn, cnn_cfg = load_textcnn(args.cnn_model)
+            student, metrics = run_word_cnn(params.distill, cnn, teacher, rows, all_targets, val, recorder)
+            save_textcnn(student, cnn_cfg, args.out, vocabulary_digest(tok))
+        else:
+            student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)
+            save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
         metrics["soft_target_train_accuracy"] = float((targets.argmax(axis=1) == labels).mean())
         metrics["transfer_rows"] = len(transfer)
-        save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok))
         curves = write_curves(recorder.history, args.curves, "distill", "distillation into the student")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 

@@ -35,6 +35,7 @@ import torch
 from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
+from minibert.classifiers import load_classifier
 from minibert.precision import resolve_precision
 from minibert.quantize import load_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         for checkpoint in (args.teacher, args.student):
             check_tokenizer(checkpoint, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        student, _, _ = load_model(args.student)
+        student = load_classifier(args.student)
         int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified
 
         def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32") -> Variant:

@@ -4,7 +4,8 @@
 ``student_fused.onnx`` is the same model for ONNX Runtime, attention exported as fused
 ``Attention`` nodes (``minibert.ort_fusion``) and, with ``export.ort_optimizer``, ORT's
 transformer optimiser run over it (SkipLayerNorm, BiasGelu). It is the graph ``quantize`` turns
-into int8. Both have dynamic batch and sequence axes. Parity is checked on the sliding windows
+into int8. A word-CNN student (``distill.student_kind: word_cnn``) has no attention to fuse: its
+``student_fused.onnx`` is the portable graph again. Both have dynamic batch and sequence axes. Parity is checked on the sliding windows
 of the task's test split of record (all of SST-2 dev; ``export.parity_rows`` evenly spaced
 windows of a longer split such as IMDb's), in padded, length-sorted batches at batch sizes 1, 8
 and 32 (so at every length the split has). The
@@ -19,9 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from minibert.batching import pad_batch, sorted_batches
-from minibert.checkpoint import check_tokenizer, load_model
+from minibert.checkpoint import check_tokenizer, read_metadata
+from minibert.classifiers import load_classifier
 from minibert.export import export_onnx, load_session, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
@@ -37,7 +40,7 @@ from pipeline.tracking import stage_run
 PARITY_BATCH_SIZES = (1, 8, 32)
 
 
-def check_parity(student: SequenceClassifier, path: Path, sequences: list[list[int]], cfg: ExportParams,
+def check_parity(student: nn.Module, path: Path, sequences: list[list[int]], cfg: ExportParams,
                  prefix: str) -> dict[str, float]:
     """Per-batch-size parity metrics for the ONNX file at ``path``; raises StageError past the limits."""
     session = load_session(path, threads=cfg.threads)
@@ -97,13 +100,17 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
-        student, model_cfg, _ = load_model(args.student)
+        student = load_classifier(args.student)
         documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
         windows, _ = document_windows(documents, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
         sequences = parity_sample(windows, cfg.parity_rows)
         metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(windows), "parity_windows": len(sequences)}
 
         def write_fused(path: Path) -> None:
+            if not isinstance(student, SequenceClassifier):  # a word-CNN student: no attention to fuse
+                export_onnx(student, path, opset=cfg.opset)
+                return
+            model_cfg = read_metadata(args.student)[1]
             # rotary positions act inside attention, which the fused kernel cannot express
             export_onnx(student, path, opset=cfg.opset, fused_attention=model_cfg.position != "rotary")
             if cfg.ort_optimizer:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from minibert.checkpoint import check_tokenizer, load_model
+from minibert.checkpoint import check_tokenizer
+from minibert.classifiers import load_classifier
 from minibert.export import load_session, session_callable
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
 from minibert.tokenizer import load_tokenizer
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("quantize", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
-        student, _, _ = load_model(args.student)
+        student = load_classifier(args.student)
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel)
