@@ -3,7 +3,8 @@
 On a finished pipeline run (``--root``), reads the soft targets its stages saved (``teacher_logits``,
 ``baseline_oof`` and ``cnn``: training rows and transfer set), then for every variant (a ``;``-separated
 list of space-separated ``section.key=value`` overrides of the run's params.yaml; an empty variant is
-the run's own params) and seed trains the ``distill`` stage's student (``pipeline.stages.distill.run``)
+the run's own params) and seed trains the ``distill`` stage's student (``pipeline.stages.distill.run``, or
+``run_word_cnn`` from the run's word-CNN for ``distill.student_kind=word_cnn``)
 and scores it on validation and on the test split of record. Nothing is refitted, so every variant
 learns the same targets. First it prints the members the targets average, on the same splits: the
 teacher, the saved word-CNN, TF-IDF + LR refitted as ``baseline_oof``'s folds are (the training rows
@@ -90,8 +91,12 @@ def main() -> None:
             rows, targets = distill.with_transfer((sequences, train_labels), distill.soft_targets(cfg, *train_sources),
                                                   transfer[:n], distill.soft_targets(cfg, *transfer_sources)[:n])
             start = time.perf_counter()
-            student, metrics = distill.run(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
-                                           scorers[0], NullTracker())
+            if cfg.student_kind == "word_cnn":  # the run's word-CNN, afresh for every variant and seed
+                student, metrics = distill.run_word_cnn(cfg, load_textcnn(models / "cnn" / "model.safetensors")[0], teacher,
+                                                        rows, targets, scorers[0], NullTracker())
+            else:
+                student, metrics = distill.run(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
+                                               scorers[0], NullTracker())
             runs.append({"variant": " ".join(variant) or "the run's params", "seed": seed,
                          "val": accuracy(scorers[0].logits(student), labels[0]),
                          "test": accuracy(scorers[1].logits(student), labels[1]),

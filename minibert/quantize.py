@@ -113,23 +113,28 @@ def load_int8(fp32_model_skeleton: nn.Module, path: str | os.PathLike[str]) -> n
 
 
 def quantize_onnx_int8(
-    src: str | os.PathLike[str], dst: str | os.PathLike[str], reduce_range: bool = False, per_channel: bool = False
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], reduce_range: bool = False, per_channel: bool = False,
+    conv: bool = False,
 ) -> Path:
     """ONNX Runtime dynamic quantisation of ``src`` (MatMul/Gemm weights to QInt8) into ``dst``.
 
     reduce_range: 7-bit weights, for CPUs without VNNI whose int8 dot products can saturate.
     per_channel: one scale per output channel instead of per tensor (more accurate, larger).
+    conv: Conv weights too (``ConvInteger``). Off by default: for the word-CNN student ORT's
+    ConvInteger took 0.88 ms p50 a sentence where the fp32 convolutions take 0.31 (benchmarks/README.md).
     Inputs and outputs keep the fp32 graph's names, shapes and dtypes.
     """
     if not Path(src).is_file():
         raise FileNotFoundError(f"no ONNX model at {src}; create one with minibert.export.export_onnx")
     import_onnxruntime()
     from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
 
     float32 = import_onnx().TensorProto.FLOAT
     with atomic_output(dst) as tmp, _without_preprocess_advice():
         quantize_dynamic(
             str(src), str(tmp), per_channel=per_channel, reduce_range=reduce_range, weight_type=QuantType.QInt8,
+            op_types_to_quantize=[op for op in IntegerOpsRegistry if conv or op != "Conv"],
             extra_options={"DefaultTensorType": float32},
         )
     return Path(dst)

@@ -147,7 +147,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_attention(args: argparse.Namespace) -> int:
-    from minibert.checkpoint import check_tokenizer, load_model
+    from minibert.checkpoint import check_tokenizer, header, load_model
     from minibert.tokenizer import load_tokenizer
     from pipeline.attention import sentence_pictures
 
@@ -157,6 +157,9 @@ def cmd_attention(args: argparse.Namespace) -> int:
         raise DataError(f"--layer {args.layer} --head {args.head}: give both for one head, or neither for every head")
     tok = load_tokenizer(args.tokenizer)
     check_tokenizer(args.model, tok, args.tokenizer)
+    if header(args.model)["kind"] == "textcnn":
+        raise DataError(f"{args.model} is a word-CNN: it has no attention to draw; pass a minibert checkpoint such as "
+                        "the teacher, models/finetune/model.safetensors")
     model, cfg, _ = load_model(args.model)
     default = "attention.png" if args.layer is None else f"attention_L{args.layer}H{args.head}.png"
     out = sentence_pictures(model, tok, args.text, min(args.max_length, cfg.max_positions), args.out or Path(default),

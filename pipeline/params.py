@@ -281,6 +281,7 @@ class QuantizeParams:
     dtype: Literal["qint8"] = "qint8"  # dynamic int8: torch's Linear layers and ORT's MatMul / Attention
     reduce_range: bool = False  # 7-bit weights: ORT's advice for CPUs without VNNI (benchmarks/compression.py)
     per_channel: bool = False  # one scale per output channel instead of per tensor
+    conv: bool = False  # ORT int8 Conv weights too (ConvInteger): slower than fp32 convolutions here (benchmarks/README.md)
 
 
 @dataclass(frozen=True)

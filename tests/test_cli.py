@@ -87,3 +87,12 @@ def test_attention_command_draws_every_head_or_one(stage_project: Path, tmp_path
     assert main(["attention", "dull .", *model, "--layer", "0", "--out", str(tmp_path / "bad.png")]) == 2
     assert main(["attention", "  ", *model]) == 2
     assert not (tmp_path / "bad.png").exists()
+    from minibert.textcnn import TextCNNConfig, build_textcnn, save_textcnn
+    from minibert.tokenizer import load_tokenizer, vocabulary_digest
+
+    tok = load_tokenizer(stage_project / "models/tokenizer.json")
+    cfg = TextCNNConfig(vocab_size=tok.get_vocab_size(), dim=8, widths=(1,), filters=2)
+    cnn = save_textcnn(build_textcnn(cfg), cfg, tmp_path / "cnn.safetensors", vocabulary_digest(tok))
+    assert main(["attention", "dull .", "--model", str(cnn), *model[2:], "--out", str(tmp_path / "bad.png")]) == 2
+    assert "is a word-CNN: it has no attention to draw" in capsys.readouterr().err
+    assert not (tmp_path / "bad.png").exists()

@@ -158,3 +158,20 @@ def test_onnx_int8_options_stay_close(onnx_pair, batch, tmp_path: Path, reduce_r
         quantize_onnx_int8(tmp_path / "absent.onnx", tmp_path / "out.onnx")
     assert not (tmp_path / "out.onnx").exists()
 
+
+
+def test_onnx_int8_leaves_convolutions_in_fp32_unless_asked(tmp_path: Path) -> None:
+    from minibert.textcnn import TextCNNConfig, build_textcnn
+
+    torch.manual_seed(0)
+    cnn = build_textcnn(TextCNNConfig(vocab_size=VOCAB, dim=16, widths=(1, 3), filters=8)).eval()
+    fp32 = export_onnx(cnn, tmp_path / "cnn.onnx")
+    ops = {}
+    for conv in (False, True):
+        int8 = quantize_onnx_int8(fp32, tmp_path / f"cnn_int8_{conv}.onnx", conv=conv)
+        ops[conv] = {node.op_type for node in onnx.load(str(int8)).graph.node}
+        ids, mask = padded_batch(VOCAB, LENGTHS)
+        assert_int8_close(torch.from_numpy(onnx_logits(load_session(int8), ids, mask)), cnn(ids, mask).detach())
+    assert "Conv" in ops[False] and "ConvInteger" not in ops[False]
+    assert "ConvInteger" in ops[True] and "Conv" not in ops[True]
+    assert "MatMulInteger" in ops[False] and "DequantizeLinear" in ops[False], "the classifier and the embedding: int8"

@@ -2,8 +2,8 @@
 
 ``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
 ``student_int8.onnx``: ONNX Runtime dynamic quantization of the fused graph from ``export``
-(MatMul and Attention weights to int8, ``quantize.reduce_range`` / ``per_channel`` as set); the
-deployed chain. Reports sizes and validation accuracy of each against its fp32 source, so a
+(MatMul, Attention and embedding weights to int8, Conv too with ``quantize.conv``;
+``quantize.reduce_range`` / ``per_channel`` as set); the deployed chain. Reports sizes and validation accuracy of each against its fp32 source, so a
 quantization that hurts shows up here before evaluate.
 """
 
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         student = load_classifier(args.student)
         int8 = quantize_dynamic_int8(student)
         save_int8(int8, args.out)
-        quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel)
+        quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel,
+                           conv=cfg.conv)
         val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), params.task)
         threads = params.export.threads
         accuracy = {
