@@ -6,7 +6,8 @@ params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``bas
 TF-IDF + LR on the task's training split plus ``distill.ensemble.extra_task``'s texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
 model alone, their agreement with the teacher, and probability averages of the three (equal
-thirds, and the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest).
+thirds, and the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest);
+with several seeds, also their CNNs averaged into one member, alone and in the mix at the pipeline's shares.
 Prints a table and appends one JSON record to benchmarks/results/cnn_ensemble.jsonl.
 
     python benchmarks/cnn_ensemble.py --root <run> --data <run>/data/prepared --tokenizer <run>/models/tokenizer/tokenizer.json --seeds 0,1
@@ -58,11 +59,12 @@ def main() -> None:
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
     (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, task))
     t_share = 1.0 - ens.baseline_share - ens.cnn_share
-    rows = []
+    rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
         model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), scorers[0], NullTracker())
         c_val, c_test = (softmax(s.logits(model)) for s in scorers)
+        cnn_probs.append((c_val, c_test))
         mixes = {
             "cnn": (c_val, c_test),
             "teacher+tfidf (halves)": ((t_val + b_val) / 2, (t_test + b_test) / 2),
@@ -84,6 +86,13 @@ def main() -> None:
               "teacher": {"val": accuracy(t_val, y_val), "test": accuracy(t_test, y_test)},
               "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": fit_rows},
               "seeds": rows}
+    if len(cnn_probs) > 1:  # the seeds' CNNs averaged into one member: does a CNN ensemble lift the mix?
+        c_val, c_test = (np.mean([p[i] for p in cnn_probs], axis=0) for i in (0, 1))
+        averaged = {"cnn seeds averaged": (c_val, c_test),
+                    "pipeline shares, cnn seeds averaged": (t_share * t_val + ens.baseline_share * b_val + ens.cnn_share * c_val,
+                                                            t_share * t_test + ens.baseline_share * b_test + ens.cnn_share * c_test)}
+        record["seeds_averaged"] = {name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)}
+                                    for name, (v, t) in averaged.items()}
     print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
     print(f"| teacher | {record['teacher']['val']:.2%} | {record['teacher']['test']:.2%} |")
     print(f"| TF-IDF + LR | {record['tfidf']['val']:.2%} | {record['tfidf']['test']:.2%} |")
@@ -91,6 +100,8 @@ def main() -> None:
         vals, tests = [r[name]["val"] for r in rows], [r[name]["test"] for r in rows]
         print(f"| {name} (mean of {len(rows)} seeds) | {np.mean(vals):.2%} | {np.mean(tests):.2%} "
               f"({', '.join(f'{t:.2%}' for t in tests)}) |")
+    for name, acc in record.get("seeds_averaged", {}).items():
+        print(f"| {name} ({len(rows)} seeds) | {acc['val']:.2%} | {acc['test']:.2%} |")
     with (ROOT / "benchmarks" / "results" / "cnn_ensemble.jsonl").open("a") as f:
         f.write(json.dumps(record) + "\n")
 
