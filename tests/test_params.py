@@ -195,7 +195,7 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
     ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
     ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
-    ("distill.ensemble", "cnn_share", 0.8, r"distill\.ensemble\.cnn_share: 0\.8 \+ baseline_share 0\.3 exceed 1"),
+    ("distill.ensemble", "cnn_share", 0.8, r"distill\.ensemble\.cnn_share: 0\.8 \+ baseline_share 0\.333 exceed 1"),
     ("distill.ensemble", "cnn_share", 0.0, r"distill\.student_kind: 'word_cnn' starts from the cnn stage's model, which is "
                                            r"trained only when distill\.ensemble\.cnn_share is above 0"),
     ("distill", "attention_weight", 1.0, r"distill\.hidden_weight / attention_weight: a word_cnn student has no layers"),
