@@ -30,10 +30,18 @@ from minibert.checkpoint import load_model
 from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
+from pipeline.params import EnsembleParams
+from pipeline.soft_targets import log_probabilities, mix_ensemble
 from pipeline.splits import load_split
 from pipeline.stages.cnn import train, with_extra
 from pipeline.stages.finetune import validation
 from pipeline.task import encode_train
+
+
+def at_shares(ens: EnsembleParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: np.ndarray) -> np.ndarray:
+    """The three models' probabilities mixed at the pipeline's shares, as the distill stage mixes them."""
+    return mix_ensemble(log_probabilities(teacher), [(log_probabilities(tfidf), ens.baseline_share),
+                                                     (log_probabilities(cnn), ens.cnn_share)])
 
 
 def main() -> None:
@@ -72,8 +80,7 @@ def main() -> None:
             "tfidf+cnn (halves)": ((b_val + c_val) / 2, (b_test + c_test) / 2),
             "all three (thirds)": ((t_val + b_val + c_val) / 3, (t_test + b_test + c_test) / 3),
             f"pipeline shares ({t_share:.2g}/{ens.baseline_share:g}/{ens.cnn_share:g})": (
-                t_share * t_val + ens.baseline_share * b_val + ens.cnn_share * c_val,
-                t_share * t_test + ens.baseline_share * b_test + ens.cnn_share * c_test),
+                at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
         }
         rows.append({"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
                      "best_step": metrics["best_step"], "seconds": time.perf_counter() - start,
@@ -87,10 +94,9 @@ def main() -> None:
               "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": fit_rows},
               "seeds": rows}
     if len(cnn_probs) > 1:  # the seeds' CNNs averaged into one member: does a CNN ensemble lift the mix?
-        c_val, c_test = (np.mean([p[i] for p in cnn_probs], axis=0) for i in (0, 1))
+        c_val, c_test = (np.mean([p[i] for p in cnn_probs], axis=0) for i in (0, 1))  # val and test differ in rows
         averaged = {"cnn seeds averaged": (c_val, c_test),
-                    "pipeline shares, cnn seeds averaged": (t_share * t_val + ens.baseline_share * b_val + ens.cnn_share * c_val,
-                                                            t_share * t_test + ens.baseline_share * b_test + ens.cnn_share * c_test)}
+                    "pipeline shares, cnn seeds averaged": (at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test))}
         record["seeds_averaged"] = {name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)}
                                     for name, (v, t) in averaged.items()}
     print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
