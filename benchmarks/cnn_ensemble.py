@@ -6,7 +6,8 @@ params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``bas
 TF-IDF + LR on the task's training split plus ``distill.ensemble.extra_task``'s texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
 model alone, their agreement with the teacher, and probability averages of the three (equal
-thirds, and the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest);
+thirds, the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest, and
+the shares that score best on validation, ``pipeline.soft_targets.shares_on_validation``);
 with several seeds, also their CNNs averaged into one member, alone and in the mix at the pipeline's shares.
 Prints a table and appends one JSON record to benchmarks/results/cnn_ensemble.jsonl.
 
@@ -31,7 +32,7 @@ from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.params import EnsembleParams
-from pipeline.soft_targets import log_probabilities, mix_ensemble
+from pipeline.soft_targets import log_probabilities, mix_ensemble, shares_on_validation
 from pipeline.splits import load_split
 from pipeline.stages.cnn import train, with_extra
 from pipeline.stages.finetune import validation
@@ -42,6 +43,11 @@ def at_shares(ens: EnsembleParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: 
     """The three models' probabilities mixed at the pipeline's shares, as the distill stage mixes them."""
     return mix_ensemble(log_probabilities(teacher), [(log_probabilities(tfidf), ens.baseline_share),
                                                      (log_probabilities(cnn), ens.cnn_share)])
+
+
+def weighted(shares: tuple[float, ...], *probs: np.ndarray) -> np.ndarray:
+    """The members' probabilities averaged at ``shares`` (as ``shares_on_validation`` scores them)."""
+    return sum(w * p for w, p in zip(shares, probs))
 
 
 def main() -> None:
@@ -73,6 +79,7 @@ def main() -> None:
         model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), scorers[0], NullTracker())
         c_val, c_test = (softmax(s.logits(model)) for s in scorers)
         cnn_probs.append((c_val, c_test))
+        chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)
         mixes = {
             "cnn": (c_val, c_test),
             "teacher+tfidf (halves)": ((t_val + b_val) / 2, (t_test + b_test) / 2),
@@ -81,10 +88,12 @@ def main() -> None:
             "all three (thirds)": ((t_val + b_val + c_val) / 3, (t_test + b_test + c_test) / 3),
             f"pipeline shares ({t_share:.2g}/{ens.baseline_share:g}/{ens.cnn_share:g})": (
                 at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
+            "shares chosen on val (teacher/tfidf/cnn)": (weighted(chosen, t_val, b_val, c_val),
+                                                         weighted(chosen, t_test, b_test, c_test)),
         }
         rows.append({"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
                      "best_step": metrics["best_step"], "seconds": time.perf_counter() - start,
-                     "agree_with_teacher_test": float((c_test.argmax(1) == t_test.argmax(1)).mean()),
+                     "shares_chosen_on_val": chosen, "agree_with_teacher_test": float((c_test.argmax(1) == t_test.argmax(1)).mean()),
                      **{name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)} for name, (v, t) in mixes.items()}})
         print(f"seed {seed}: cnn val {rows[-1]['cnn']['val']:.4f} test {rows[-1]['cnn']['test']:.4f} "
               f"({metrics['train_seconds']:.0f} s, {metrics['steps']} steps)", flush=True)
@@ -95,8 +104,11 @@ def main() -> None:
               "seeds": rows}
     if len(cnn_probs) > 1:  # the seeds' CNNs averaged into one member: does a CNN ensemble lift the mix?
         c_val, c_test = (np.mean([p[i] for p in cnn_probs], axis=0) for i in (0, 1))  # val and test differ in rows
+        chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)
         averaged = {"cnn seeds averaged": (c_val, c_test),
-                    "pipeline shares, cnn seeds averaged": (at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test))}
+                    "pipeline shares, cnn seeds averaged": (at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
+                    f"shares chosen on val {chosen}, cnn seeds averaged": (weighted(chosen, t_val, b_val, c_val),
+                                                                           weighted(chosen, t_test, b_test, c_test))}
         record["seeds_averaged"] = {name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)}
                                     for name, (v, t) in averaged.items()}
     print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")

@@ -110,11 +110,13 @@ class PrintingTracker:
 
 
 def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbone | None, data: TaskData,
-                       device: torch.device | None = None, tracker: Tracker | None = None) -> dict:
+                       device: torch.device | None = None, tracker: Tracker | None = None,
+                       keep: Callable[[torch.nn.Module], None] | None = None) -> dict:
     """Fine-tune (from ``backbone``, or random init when None) and score the test split of record.
 
     ``device``: where the classifier trains and predicts; default this process's GPU when there
     is one (as the finetune stage does), else the CPU. ``tracker`` also receives the training logs.
+    ``keep`` receives the fine-tuned classifier (to save it, say) before it is scored.
     """
     torch.manual_seed(params.finetune.seed)
     model = build(params.finetune, model_cfg, backbone).to(device or World().device())
@@ -123,6 +125,8 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, splits, tracker)
     model, metrics = train_classifier(model, params.finetune, data.train, data.val, tracker)
     metrics.update(transfer)
+    if keep is not None:
+        keep(model)
     start = time.perf_counter()
     scored = classification_metrics(data.test[1], data.test[0](model))
     return {**metrics, "test_accuracy": scored["accuracy"], "test_f1": scored["f1"],

@@ -50,12 +50,13 @@ from minibert.checkpoint import load_model, save_model
 from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import build_mlm
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import NullTracker, RecordingTracker
 from pipeline.io import read_table
 from pipeline.params import Params
 from pipeline.stages import pretrain
+from pipeline.stages.finetune import head_config
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -172,6 +173,8 @@ def main() -> None:
     parser.add_argument("--scratch", action="store_true", help="also fine-tune from random initialisation")
     parser.add_argument("--no-pretrain", action="store_true", help="only the from-scratch fine-tuning")
     parser.add_argument("--save", type=Path, help="write the pretrained encoder here (safetensors)")
+    parser.add_argument("--save-classifier", type=Path,
+                        help="write the classifier fine-tuned from the pretrained encoder here (safetensors)")
     parser.add_argument("--encoder", type=Path, help="fine-tune this saved encoder instead of pretraining one")
     parser.add_argument("--tag", default="")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: the GPU when there is one")
@@ -255,7 +258,11 @@ def main() -> None:
     for key, backbone in variants:
         mark = time.perf_counter()
         try:
-            record[key] = finetune_and_score(params, model_cfg, backbone, data, device, PrintingTracker(NullTracker(), key))
+            keep = None
+            if key == "finetune" and args.save_classifier:
+                keep = lambda m: save_model(m, model_cfg, args.save_classifier, head_config(params.finetune),  # noqa: E731
+                                            vocabulary_digest(tok))
+            record[key] = finetune_and_score(params, model_cfg, backbone, data, device, PrintingTracker(NullTracker(), key), keep)
         except Exception:  # keep what pretraining measured: the record is still written, the exit status says it failed
             traceback.print_exc()
             record[f"{key}_error"], failed = traceback.format_exc(limit=5), True

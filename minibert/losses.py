@@ -19,8 +19,13 @@ from minibert.masking import IGNORE_INDEX
 
 
 def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
-    """Mean cross-entropy; logits (N, V) with labels (N,), or (B, T, V) with (B, T) using IGNORE_INDEX."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+    """Mean cross-entropy; logits (N, V) with labels (N,), or (B, T, V) with (B, T) using IGNORE_INDEX.
+
+    A batch with no masked token (a few short sentences can draw none) gives 0, not the NaN of a
+    mean over nothing; the count stays on the device (no host sync)."""
+    labels = labels.reshape(-1)
+    total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp_min(1)
 
 
 def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temperature: float, alpha: float) -> Tensor:

@@ -105,6 +105,13 @@ def lr_factor(schedule: str, warmup: int, max_steps: int, at: float) -> float:
     return 1.0
 
 
+def min_warmup_steps(cfg: OptimConfig, warmup: int) -> int:
+    """The fewest steps a warmup on the budget clock may take: Adam's "untuned" warmup of
+    2 / (1 - beta2) steps (Ma & Yarats 2021; 100 at beta2 = 0.98), or the step schedule's own
+    ``warmup`` when that is shorter."""
+    return min(int(math.ceil(2.0 / (1.0 - cfg.betas[1]))), warmup)
+
+
 def _no_decay(name: str, param: Tensor) -> bool:
     return param.dim() < 2 or "norm" in name  # biases, LayerNorm weights and gains
 
@@ -140,12 +147,19 @@ def build_scheduler(
     schedule stands at step max(step, time_progress() * max_steps): the curve is the same, and
     warmup and decay end when the steps or the time run out, whichever comes first.
     Warmup follows the time too: counted in steps, it would never end in a loop whose
-    ``max_steps`` is a loose bound and whose budget is what stops it.
+    ``max_steps`` is a loose bound and whose budget is what stops it. But it never takes fewer steps
+    than ``min_warmup_steps``: a GPU's first steps (each new batch shape) run 5-10x slower, and a
+    1-minute budget's 6 % warmup ended within ~20 steps there, which collapsed the encoder.
     """
     warmup = int(math.ceil(cfg.warmup_ratio * max_steps))
     if cfg.schedule_clock == "budget" and time_progress is not None:
-        return LambdaLR(optimizer, lambda step: lr_factor(cfg.schedule, warmup, max_steps,
-                                                          max(float(step), time_progress() * max_steps)))
+        floor = min_warmup_steps(cfg, warmup)
+
+        def factor(step: int) -> float:
+            by_time = lr_factor(cfg.schedule, warmup, max_steps, max(float(step), time_progress() * max_steps))
+            return min(by_time, (1.0 + step) / (floor + 1)) if step < floor else by_time
+
+        return LambdaLR(optimizer, factor)
     decay = SCHEDULES[cfg.schedule](optimizer, max_steps - warmup)
     if warmup == 0:
         return decay

@@ -9,6 +9,7 @@ refused instead of silently misaligned. Torch-free: the TF-IDF stage never loads
 
 from __future__ import annotations
 
+import itertools
 import zipfile
 from pathlib import Path
 
@@ -70,6 +71,27 @@ def mix_ensemble(teacher_logits: np.ndarray, others: list[tuple[np.ndarray, floa
             raise ValueError(f"teacher logits {teacher_logits.shape} and other logits {logits.shape} differ in shape")
         probs = probs + share * _softmax(logits)
     return log_probabilities(probs).astype(np.float32)
+
+
+def shares_on_validation(probs: list[np.ndarray], labels: np.ndarray, step: float = 0.1) -> tuple[tuple[float, ...], float]:
+    """The members' shares, on a grid of ``step`` over the simplex, whose probability average
+    scores best on ``labels``; ties go to the shares closest to equal ones. Returns (shares in
+    ``probs``' order, the accuracy they reach). Choose on a validation split, score elsewhere."""
+    if not probs or any(p.shape != probs[0].shape for p in probs) or len(probs[0]) != len(labels):
+        raise ValueError(f"probs {[p.shape for p in probs]} must share one shape with {len(labels)} rows")
+    units = round(1.0 / step)
+    if units < 1 or abs(units * step - 1.0) > 1e-9:
+        raise ValueError(f"step {step} must divide 1")
+    best: tuple[float, float, tuple[float, ...]] | None = None
+    for head in itertools.product(range(units + 1), repeat=len(probs) - 1):
+        if sum(head) > units:
+            continue
+        shares = tuple(h / units for h in (*head, units - sum(head)))
+        accuracy = float((sum(w * p for w, p in zip(shares, probs)).argmax(axis=1) == labels).mean())
+        spread = float(np.abs(np.array(shares) - 1.0 / len(probs)).sum())
+        if best is None or (accuracy, -spread) > (best[0], -best[1]):
+            best = (accuracy, spread, shares)
+    return best[2], best[0]
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

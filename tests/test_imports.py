@@ -39,3 +39,12 @@ def test_the_model_names_of_the_package_still_resolve() -> None:
     assert minibert.build_classifier is model.build_classifier and minibert.Backbone is model.Backbone
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         minibert.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("module", ["pipeline.stages.pretrain", "pipeline.stages.finetune", "pipeline.stages.baseline",
+                                    "pipeline.stages.cnn", "pipeline.stages.teacher_logits"])
+def test_the_training_stages_functions_import_without_the_tracking_stack(module: str) -> None:
+    """benchmarks/gpu_session.sh runs these stages' functions on a GPU machine that has torch,
+    scikit-learn and tokenizers but no mlflow, dvc, prefect or skops: a stage imports those in main."""
+    loaded = loaded_by(module) & {"mlflow", "prefect", "dvc", "skops", "datasets"}
+    assert loaded == set(), f"import {module} pulled in {sorted(loaded)}"

@@ -13,7 +13,14 @@ import pytest
 from minibert.runtime import softmax
 from pipeline.io import DataError
 from pipeline.params import BaselineParams, DistillParams, EnsembleParams
-from pipeline.soft_targets import load_logits, log_probabilities, mix_ensemble, mix_soft_targets, save_logits
+from pipeline.soft_targets import (
+    load_logits,
+    log_probabilities,
+    mix_ensemble,
+    mix_soft_targets,
+    save_logits,
+    shares_on_validation,
+)
 from pipeline.stages.baseline import build_baseline
 from pipeline.stages.baseline_oof import out_of_fold, run
 from pipeline.stages.distill import soft_targets, with_transfer
@@ -153,3 +160,18 @@ def test_transfer_rows_follow_the_training_rows_labelled_by_their_soft_targets()
     np.testing.assert_allclose(all_targets, np.concatenate([targets, transfer_targets]))
     (sequences, labels), all_targets = with_transfer(train, targets, [], transfer_targets[:0])
     assert sequences == train[0] and labels.tolist() == [0, 1] and all_targets.shape == (2, 2)
+
+
+def test_shares_on_validation_finds_the_member_that_is_right_and_prefers_equal_shares_on_ties():
+    labels = np.array([0, 1, 0, 1])
+    right = np.eye(2)[labels] * 0.2 + 0.4  # every row right, at 0.6
+    wrong = np.eye(2)[1 - labels] * 0.8 + 0.1  # every row wrong, at 0.9: the mix is right while its share is under 0.2
+    shares, acc = shares_on_validation([wrong, right], labels)
+    assert acc == 1.0
+    assert shares == (0.1, 0.9)  # of the shares 0 and 0.1 that tie at 1.0, the nearer to halves
+    same = shares_on_validation([right, right, right], labels)
+    assert same == ((0.3, 0.3, 0.4), 1.0)  # all tie: the grid point nearest to thirds
+    with pytest.raises(ValueError, match="step"):
+        shares_on_validation([right], labels, step=0.3)
+    with pytest.raises(ValueError, match="one shape"):
+        shares_on_validation([right, right[:3]], labels)

@@ -1,5 +1,6 @@
 """Masking, batching, losses, schedules and the training loop: the maths the stages stand on."""
 
+import dataclasses
 import math
 import os
 import sys
@@ -26,6 +27,7 @@ from minibert.trainer import (
     estimate_eval_seconds,
     fit,
     lr_factor,
+    min_warmup_steps,
 )
 from minibert.validation import ConfigError
 
@@ -99,6 +101,17 @@ def test_mlm_loss_ignores_unselected_positions() -> None:
     torch.testing.assert_close(mlm_loss(logits, labels), expected)
 
 
+def test_mlm_loss_of_a_batch_with_no_masked_token_is_zero_with_zero_gradients() -> None:
+    """An epoch's last few short sentences can draw no masked token (on the GPU profile's corpus, a
+    7-row batch of 3-token sequences did): the loss is 0, not NaN, and the step changes nothing."""
+    dense = torch.randn(2, 3, 7, requires_grad=True)
+    loss = mlm_loss(dense, torch.full((2, 3), IGNORE_INDEX))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(dense.grad, torch.zeros_like(dense))
+    sparse = torch.randn(0, 7, requires_grad=True)  # the sparse head's logits at no positions
+    assert mlm_loss(sparse, torch.zeros(0, dtype=torch.long)).item() == 0.0
+
+
 def test_optimizer_groups_leave_biases_and_norms_undecayed() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
     opt = build_optimizer(model, OptimConfig(weight_decay=0.1))
@@ -157,12 +170,33 @@ def test_the_budget_clock_follows_whichever_progress_leads() -> None:
     step_lrs = _lrs(sched(steps_cfg, None), 100)
     np.testing.assert_allclose(_lrs(sched(cfg), 100), step_lrs, atol=1e-12)  # time stands still
     budget_lrs = _lrs(sched(cfg), 50, lambda step: clock.update(progress=(step + 1) / 50))  # time runs 2x the steps
-    np.testing.assert_allclose(budget_lrs, [lr_factor("linear", 10, 100, 2 * s) for s in range(50)], atol=1e-9)
-    assert budget_lrs[5] == pytest.approx(1.0)  # warmup ends by time, at step 5 instead of 10
+    by_time = [lr_factor("linear", 10, 100, 2 * s) for s in range(50)]
+    ramp = [(1 + s) / 11 if s < 10 else 1.0 for s in range(50)]  # warmup keeps its 10 steps (min_warmup_steps)
+    np.testing.assert_allclose(budget_lrs, np.minimum(by_time, ramp), atol=1e-9)
+    assert by_time[5] == pytest.approx(1.0) and budget_lrs[5] == pytest.approx(6 / 11)  # time alone would end warmup at step 5
+    assert budget_lrs[10] == pytest.approx(1 - 10 / 90)  # past warmup the decay follows the time
     assert budget_lrs[-1] < 0.025  # the last step runs at 2 / 90 of the peak: the step of time 49 / 50
     clock["progress"] = 0.5  # the step clock, and a loop without a time budget, ignore the time
     np.testing.assert_allclose(_lrs(sched(steps_cfg), 100), step_lrs, atol=1e-12)
     np.testing.assert_allclose(_lrs(sched(cfg, None), 100), step_lrs, atol=1e-12)
+
+
+def test_a_budget_clock_warmup_takes_at_least_adams_untuned_warmup_steps() -> None:
+    """A loose max_steps (the budget stops the loop) and slow first steps: time alone would end the
+    6 % warmup within 12 steps; it takes 2 / (1 - beta2) = 100 (beta2 0.98), then the time leads."""
+    cfg = OptimConfig(lr=1.0, warmup_ratio=0.06, schedule="linear", schedule_clock="budget", betas=(0.9, 0.98))
+    assert min_warmup_steps(cfg, 6000) == 100 and min_warmup_steps(cfg, 40) == 40
+    assert min_warmup_steps(dataclasses.replace(cfg, betas=(0.9, 0.999)), 6000) == 2000
+    clock = {"progress": 0.0}
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = build_scheduler(opt, cfg, 100_000, lambda: clock["progress"])
+    lrs = _lrs(sched, 200, lambda step: clock.update(progress=step / 200))  # each step 0.5 % of the budget
+    # step s's LR is set after step s - 1, when the clock reads (s - 1) / 200
+    by_time = [lr_factor("linear", 6000, 100_000, max(s, 100_000 * max(s - 1, 0) / 200)) for s in range(200)]
+    ramp = [(1 + s) / 101 if s < 100 else 1.0 for s in range(200)]
+    np.testing.assert_allclose(lrs, np.minimum(by_time, ramp), atol=1e-9)  # the slower of the two in warmup, then the time
+    assert by_time[13] == 1.0 and lrs[13] == pytest.approx(14 / 101)  # time alone: the peak by step 13; the ramp holds it back
+    assert lrs[100] == pytest.approx(by_time[100]) and lrs[100] < lrs[99]  # from step 100 the time's decay
 
 
 def test_optim_config_validates() -> None:

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import skops.io
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import Pipeline
@@ -22,12 +21,12 @@ from pipeline.io import atomic_path
 from pipeline.metrics import classification_metrics
 from pipeline.params import BaselineParams, Params, load_params
 from pipeline.splits import load_split, split_path
-from pipeline.stages.common import finish_stage
-from pipeline.tracking import stage_run
 
 
 def load_baseline(path: Path) -> Pipeline:
     """The fitted pipeline from a skops file; only types skops trusts by default are rebuilt."""
+    import skops.io  # only where a model is read or written: fitting needs scikit-learn alone
+
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run the baseline stage first (dvc repro baseline)")
     try:
@@ -61,6 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("models/baseline/model.skops"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline.json"))
     args = parser.parse_args(argv)
+    import skops.io
+
+    from pipeline.stages.common import finish_stage  # mlflow only where a stage logs: the functions above serve
+    from pipeline.tracking import stage_run  # benchmarks on machines without it (benchmarks/gpu_session.sh)
     params: Params = load_params()
     train_path, val_path = split_path(args.data, params.task, "train"), split_path(args.data, params.task, "val")
     with stage_run("baseline", params, [train_path, val_path]) as tracker:

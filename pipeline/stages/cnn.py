@@ -25,6 +25,7 @@ import torch
 from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
+from minibert.distributed import World
 from minibert.textcnn import TextCNN, TextCNNConfig, build_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Tracker
@@ -52,7 +53,7 @@ def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np
     torch.manual_seed(cfg.seed)
     model_cfg = TextCNNConfig(vocab_size=vectors.shape[0], dim=vectors.shape[1], widths=tuple(cfg.widths),
                               filters=cfg.filters, dropout=cfg.dropout, num_labels=num_labels)
-    model = build_textcnn(model_cfg, vectors)
+    model = build_textcnn(model_cfg, vectors).to(World().device())  # this process's GPU when there is one, as finetune
     # the classifier's loop; every choice spelled out, so FinetuneParams' defaults never change it
     loop_cfg = FinetuneParams(
         seed=cfg.seed, processes=1, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,

@@ -191,9 +191,13 @@ def transfer_phase(
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
 
+def head_config(cfg: FinetuneParams) -> ClassifierConfig:
+    """The classifier head that ``build`` makes and a saved classifier records."""
+    return ClassifierConfig(num_labels=2, pooling=cfg.pooling, dropout=cfg.dropout)
+
+
 def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | None) -> SequenceClassifier:
-    head = ClassifierConfig(num_labels=2, pooling=cfg.pooling, dropout=cfg.dropout)
-    return build_classifier(model_cfg, head, backbone=pretrained)
+    return build_classifier(model_cfg, head_config(cfg), backbone=pretrained)
 
 
 def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: str = "fp32") -> Validation:
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
-        save_model(model, model_cfg, args.out, ClassifierConfig(2, cfg.pooling, cfg.dropout), vocabulary_digest(tok))
+        save_model(model, model_cfg, args.out, head_config(cfg), vocabulary_digest(tok))
         curves = write_curves(recorder.history, args.curves, task.name, f"fine-tuning on {task.name}")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 

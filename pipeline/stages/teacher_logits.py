@@ -29,9 +29,7 @@ from pipeline.params import Params, load_params
 from pipeline.progress import progress
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
-from pipeline.stages.common import finish_stage
 from pipeline.task import encode_train
-from pipeline.tracking import stage_run
 from pipeline.transfer_texts import load_transfer_split
 
 CHUNK_ROWS = 4096
@@ -60,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transfer-out", type=Path, default=Path("models/teacher_logits/transfer.npz"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/teacher_logits.json"))
     args = parser.parse_args(argv)
+    from pipeline.stages.common import finish_stage  # mlflow only where a stage logs: the functions above serve
+    from pipeline.tracking import stage_run  # benchmarks on machines without it (benchmarks/gpu_session.sh)
     params: Params = load_params()
     task = params.task
     train_path = split_path(args.data, task, "train")
