@@ -32,7 +32,7 @@ from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.params import EnsembleParams
-from pipeline.soft_targets import log_probabilities, mix_ensemble, shares_on_validation
+from pipeline.soft_targets import average_at, log_probabilities, mix_ensemble, shares_on_validation
 from pipeline.splits import load_split
 from pipeline.stages.cnn import train, with_extra
 from pipeline.stages.finetune import validation
@@ -43,11 +43,6 @@ def at_shares(ens: EnsembleParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: 
     """The three models' probabilities mixed at the pipeline's shares, as the distill stage mixes them."""
     return mix_ensemble(log_probabilities(teacher), [(log_probabilities(tfidf), ens.baseline_share),
                                                      (log_probabilities(cnn), ens.cnn_share)])
-
-
-def weighted(shares: tuple[float, ...], *probs: np.ndarray) -> np.ndarray:
-    """The members' probabilities averaged at ``shares`` (as ``shares_on_validation`` scores them)."""
-    return sum(w * p for w, p in zip(shares, probs))
 
 
 def main() -> None:
@@ -88,8 +83,8 @@ def main() -> None:
             "all three (thirds)": ((t_val + b_val + c_val) / 3, (t_test + b_test + c_test) / 3),
             f"pipeline shares ({t_share:.2g}/{ens.baseline_share:g}/{ens.cnn_share:g})": (
                 at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
-            "shares chosen on val (teacher/tfidf/cnn)": (weighted(chosen, t_val, b_val, c_val),
-                                                         weighted(chosen, t_test, b_test, c_test)),
+            "shares chosen on val (teacher/tfidf/cnn)": (average_at(chosen, [t_val, b_val, c_val]),
+                                                         average_at(chosen, [t_test, b_test, c_test])),
         }
         rows.append({"seed": seed, "train_seconds": metrics["train_seconds"], "steps": metrics["steps"],
                      "best_step": metrics["best_step"], "seconds": time.perf_counter() - start,
@@ -107,8 +102,8 @@ def main() -> None:
         chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)
         averaged = {"cnn seeds averaged": (c_val, c_test),
                     "pipeline shares, cnn seeds averaged": (at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
-                    f"shares chosen on val {chosen}, cnn seeds averaged": (weighted(chosen, t_val, b_val, c_val),
-                                                                           weighted(chosen, t_test, b_test, c_test))}
+                    f"shares chosen on val {chosen}, cnn seeds averaged": (average_at(chosen, [t_val, b_val, c_val]),
+                                                                           average_at(chosen, [t_test, b_test, c_test]))}
         record["seeds_averaged"] = {name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)}
                                     for name, (v, t) in averaged.items()}
     print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")

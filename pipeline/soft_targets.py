@@ -73,6 +73,11 @@ def mix_ensemble(teacher_logits: np.ndarray, others: list[tuple[np.ndarray, floa
     return log_probabilities(probs).astype(np.float32)
 
 
+def average_at(shares: tuple[float, ...], probs: list[np.ndarray]) -> np.ndarray:
+    """The members' probabilities averaged at ``shares`` (in ``probs``' order)."""
+    return sum(w * p for w, p in zip(shares, probs))
+
+
 def shares_on_validation(probs: list[np.ndarray], labels: np.ndarray, step: float = 0.1) -> tuple[tuple[float, ...], float]:
     """The members' shares, on a grid of ``step`` over the simplex, whose probability average
     scores best on ``labels``; ties go to the shares closest to equal ones. Returns (shares in
@@ -87,7 +92,7 @@ def shares_on_validation(probs: list[np.ndarray], labels: np.ndarray, step: floa
         if sum(head) > units:
             continue
         shares = tuple(h / units for h in (*head, units - sum(head)))
-        accuracy = float((sum(w * p for w, p in zip(shares, probs)).argmax(axis=1) == labels).mean())
+        accuracy = float((average_at(shares, probs).argmax(axis=1) == labels).mean())
         spread = float(np.abs(np.array(shares) - 1.0 / len(probs)).sum())
         if best is None or (accuracy, -spread) > (best[0], -best[1]):
             best = (accuracy, spread, shares)
