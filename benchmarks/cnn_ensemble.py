@@ -58,6 +58,8 @@ def main() -> None:
     train_df, val_df, test_df = (load_split(args.data, task, s) for s in ("train", "val", "test"))
     y_val, y_test = val_df["label"].to_numpy(), test_df["label"].to_numpy()
     scorers = [validation(tok, df, task) for df in (val_df, test_df)]
+    reads = params.cnn_task()  # the word-CNN's own windows when cnn.max_length is set
+    cnn_scorers = scorers if reads == task else [validation(tok, df, reads) for df in (val_df, test_df)]
 
     teacher, _, _ = load_model(args.root / "models" / "finetune" / "model.safetensors")
     t_val, t_test = (softmax(s.logits(teacher)) for s in scorers)
@@ -66,13 +68,13 @@ def main() -> None:
 
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
-    (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, task))
+    (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, reads))
     t_share = 1.0 - ens.baseline_share - ens.cnn_share
     rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
-        model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), scorers[0], NullTracker())
-        c_val, c_test = (softmax(s.logits(model)) for s in scorers)
+        model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), cnn_scorers[0], NullTracker())
+        c_val, c_test = (softmax(s.logits(model)) for s in cnn_scorers)
         cnn_probs.append((c_val, c_test))
         chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)
         mixes = {

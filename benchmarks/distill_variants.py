@@ -55,12 +55,16 @@ def main() -> None:
     train_df, val_df, test_df = (load_split(data, task, s) for s in ("train", "val", "test"))
     scorers = [validation(tok, df, task) for df in (val_df, test_df)]
     labels = [s.labels for s in scorers]
+    # the word-CNN (member and word_cnn student) reads its own windows when cnn.max_length is set
+    reads = params.student_task()
+    cnn_scorers = scorers if params.cnn_task() == task else [validation(tok, df, params.cnn_task()) for df in (val_df, test_df)]
+    student_scorers = cnn_scorers if reads != task else scorers
 
     teacher, _, head_cfg = load_model(models / "finetune" / "model.safetensors")
     members = {"teacher": [softmax(s.logits(teacher)) for s in scorers]}
     if ens.cnn_share > 0:
         cnn, _ = load_textcnn(models / "cnn" / "model.safetensors")
-        members["cnn"] = [softmax(s.logits(cnn)) for s in scorers]
+        members["cnn"] = [softmax(s.logits(cnn)) for s in cnn_scorers]
     if ens.baseline_share > 0:
         baseline, _ = fit_tfidf_with_extra(params, data, train_df, val_df)
         members["tfidf"] = [baseline.predict_proba(df["text"]) for df in (val_df, test_df)]
@@ -68,9 +72,9 @@ def main() -> None:
     members["mix at the run's shares"] = [sum(shares[k] * members[k][i] for k in shares if k in members) for i in (0, 1)]
     ceiling = {name: {"val": accuracy(p[0], labels[0]), "test": accuracy(p[1], labels[1])} for name, p in members.items()}
 
-    sequences, train_labels, text_index = encode_train_indexed(tok, train_df, task)
+    sequences, train_labels, text_index = encode_train_indexed(tok, train_df, reads)
     transfer_df = load_transfer_split(root / "data" / "transfer" / "texts.parquet")
-    transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
+    transfer, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, reads)
 
     files = [[models / stage / f"{part}.npz" for stage in ("teacher_logits", "baseline_oof", "cnn")]
              for part in ("train", "transfer")]
@@ -85,6 +89,9 @@ def main() -> None:
             cfg = p.distill
             if (cfg.ensemble.baseline_share > 0) != (ens.baseline_share > 0) or (cfg.ensemble.cnn_share > 0) != (ens.cnn_share > 0):
                 raise SystemExit("error: a variant may change the shares, not switch a member the run did not score on or off")
+            if p.student_task() != reads:
+                raise SystemExit("error: a variant may not change how the student reads its texts (distill.student_kind with "
+                                 "cnn.max_length / cnn.stride): the rows were cut for the run's student")
             n = cfg.transfer_set.rows
             if n > len(transfer):
                 raise SystemExit(f"error: distill.transfer_set.rows={n}: the run's transfer set holds {len(transfer)}")
@@ -93,13 +100,13 @@ def main() -> None:
             start = time.perf_counter()
             if cfg.student_kind == "word_cnn":  # the run's word-CNN, afresh for every variant and seed
                 student, metrics = distill.run_word_cnn(cfg, load_textcnn(models / "cnn" / "model.safetensors")[0], teacher,
-                                                        rows, targets, scorers[0], NullTracker())
+                                                        rows, targets, student_scorers[0], NullTracker(), bag_lr=p.cnn.bag_lr_scale)
             else:
                 student, metrics = distill.run(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
-                                               scorers[0], NullTracker())
+                                               student_scorers[0], NullTracker())
             runs.append({"variant": " ".join(variant) or "the run's params", "seed": seed,
-                         "val": accuracy(scorers[0].logits(student), labels[0]),
-                         "test": accuracy(scorers[1].logits(student), labels[1]),
+                         "val": accuracy(student_scorers[0].logits(student), labels[0]),
+                         "test": accuracy(student_scorers[1].logits(student), labels[1]),
                          "seconds": time.perf_counter() - start, "steps": metrics["steps"],
                          "non_embedding_params": metrics["student_non_embedding_params"]})
             print(json.dumps(runs[-1]), flush=True)

@@ -8,6 +8,10 @@ scale the word vectors to unit standard deviation (BERT-style vectors have std ~
 leave the convolutions' ReLUs at their initial bias). It takes the encoder's ``(ids, mask)`` so
 that the classifier's batching, validation and scoring code serve it unchanged.
 
+With ``bag_buckets`` above 0 a bag of hashed token n-grams (``minibert.ngram_bag``, fastText)
+adds its logits to the convolutions': the whole text's n-gram frequencies, a linear view that
+TF-IDF + LR takes and max-pooled filters do not.
+
 Shapes: B batch, T tokens, D embedding width, F filters of each width, W widths, L labels.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from torch import Tensor, nn
 
 from minibert.checkpoint import write_weights
 from minibert.files import ArtifactError
+from minibert.ngram_bag import NGramBag
 from minibert.validation import ConfigError, check_types
 
 MASKED = -1e4  # a padding position's activation before the max: below any ReLU output
@@ -40,6 +46,8 @@ class TextCNNConfig:
     dropout: float = 0.5  # on the pooled features (Kim: 0.5)
     num_labels: int = 2
     pad_id: int = 0
+    bag_buckets: int = 0  # hashed n-gram slots of the bag-of-n-grams branch (0 = no bag)
+    bag_ngrams: int = 2  # n-gram lengths 1..bag_ngrams in the bag
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -51,11 +59,13 @@ class TextCNNConfig:
             raise ConfigError(f"dropout: {self.dropout} is out of range; expected [0, 1)")
         if self.num_labels < 2:
             raise ConfigError(f"num_labels: {self.num_labels} must be >= 2")
+        if not 0 <= self.bag_buckets <= 2**24 or self.bag_ngrams < 1:
+            raise ConfigError(f"bag_buckets {self.bag_buckets} must be in [0, 2**24] and bag_ngrams {self.bag_ngrams} >= 1")
 
 
 class TextCNN(nn.Module):
     def __init__(self, embedding: nn.Embedding, input_scale: float, widths: tuple[int, ...], filters: int,
-                 dropout: float, num_labels: int) -> None:
+                 dropout: float, num_labels: int, bag: NGramBag | None = None) -> None:
         super().__init__()
         self.embedding = embedding
         self.register_buffer("input_scale", torch.tensor(float(input_scale)))
@@ -64,6 +74,7 @@ class TextCNN(nn.Module):
         self.convs = nn.ModuleList(nn.Conv1d(dim, filters, w, padding=w - 1) for w in widths)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(len(widths) * filters, num_labels)
+        self.bag = bag
 
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """(B, T) ids, (B, T) mask (1 = token) -> (B, L) logits."""
@@ -73,7 +84,8 @@ class TextCNN(nn.Module):
         for conv in self.convs:
             h = torch.relu(conv(x))[:, :, : ids.shape[1]]  # (B, F, T): the n-grams starting at each position
             pooled.append(h.masked_fill(~mask[:, None, :], MASKED).amax(dim=-1))  # (B, F)
-        return self.classifier(self.dropout(torch.cat(pooled, dim=1)))  # (B, W * F) -> (B, L)
+        logits = self.classifier(self.dropout(torch.cat(pooled, dim=1)))  # (B, W * F) -> (B, L)
+        return logits if self.bag is None else logits + self.bag(ids, mask)
 
 
 def build_textcnn(cfg: TextCNNConfig, vectors: Tensor | None = None) -> TextCNN:
@@ -87,7 +99,14 @@ def build_textcnn(cfg: TextCNNConfig, vectors: Tensor | None = None) -> TextCNN:
         with torch.no_grad():
             embedding.weight.copy_(vectors)
         scale = 1.0 / max(float(vectors.float().std()), 1e-8)
-    return TextCNN(embedding, scale, tuple(cfg.widths), cfg.filters, cfg.dropout, cfg.num_labels)
+    bag = NGramBag(cfg.vocab_size, cfg.bag_buckets, cfg.bag_ngrams, cfg.num_labels) if cfg.bag_buckets else None
+    return TextCNN(embedding, scale, tuple(cfg.widths), cfg.filters, cfg.dropout, cfg.num_labels, bag)
+
+
+def bag_lr_scale(scale: float) -> Callable[[str], float]:
+    """``build_optimizer``'s ``lr_scale``: the bag's weights (a sparse linear model, each row seen a few
+    times an epoch) at ``scale`` times the learning rate, the rest at 1."""
+    return lambda name: scale if "bag" in name.split(".") else 1.0
 
 
 def save_textcnn(model: TextCNN, cfg: TextCNNConfig, path: str | os.PathLike[str], vocabulary: str | None = None) -> Path:

@@ -8,6 +8,7 @@ overrides); their vocabulary size always comes from the trained tokenizer.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ RULES: dict[str, tuple[Any, str]] = {
     "[0, 1)": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "(0, 1)": (lambda v: 0 < v < 1, "in (0, 1)"),
     "(0, 1]": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "[0, 2**24]": (lambda v: 0 <= v <= 2**24, "in [0, 16777216] (2**24)"),
 }
 
 
@@ -192,15 +194,27 @@ class CNNParams:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3, warmup_ratio=0.06))
     log_every: int = 25
     eval_every: int = 500  # steps between validation passes; the best checkpoint is kept
+    bag_buckets: int = 0  # hashed n-gram slots of a bag-of-n-grams branch (minibert.ngram_bag, fastText); 0 = none
+    bag_ngrams: int = 2  # n-gram lengths 1..bag_ngrams in the bag
+    bag_lr_scale: float = 30.0  # the bag's learning rate over the optimizer's, here and in a word_cnn student's distillation
+    # tokens the word-CNN reads a sequence or window, and its window step (null: the task's); it has no
+    # positions, so it may read longer than the encoder; a word_cnn student keeps them through export and serving
+    max_length: int | None = None
+    stride: int | None = None
 
     def __post_init__(self) -> None:
-        check_ranges("cnn", self, {"filters": ">= 1", "dropout": "[0, 1)", "batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0",
+        check_ranges("cnn", self, {"bag_buckets": "[0, 2**24]", "bag_ngrams": ">= 1", "bag_lr_scale": "> 0", "filters": ">= 1", "dropout": "[0, 1)", "batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0",
                                    "log_every": ">= 1", "eval_every": ">= 1"})
         if self.extra_max_length < 3:
             raise ConfigError(f"cnn.extra_max_length: {self.extra_max_length} is out of range; expected >= 3 "
                               "([CLS], a token, [SEP])")
         if not self.widths or min(self.widths) < 1:
             raise ConfigError(f"cnn.widths: {list(self.widths)} is out of range; expected one or more widths, each >= 1")
+        if (self.max_length is None) != (self.stride is None):
+            raise ConfigError("cnn.max_length and cnn.stride: set both (the word-CNN's own windows) or neither (the task's)")
+        if self.max_length is not None and (self.max_length < 3 or not 0 < self.stride <= self.max_length - 2):
+            raise ConfigError(f"cnn.max_length {self.max_length} / cnn.stride {self.stride}: need max_length >= 3 "
+                              "and 0 < stride <= max_length - 2")
 
 
 @dataclass(frozen=True)
@@ -418,6 +432,16 @@ class Params:
     def student_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig.from_dict({**self.distill.student, "vocab_size": vocab_size}, where="distill.student")
 
+    def cnn_task(self) -> TaskParams:
+        """The task as the word-CNN reads it: its own window length and step when ``cnn.max_length`` is set."""
+        if self.cnn.max_length is None:
+            return self.task
+        return dataclasses.replace(self.task, max_length=self.cnn.max_length, stride=self.cnn.stride)
+
+    def student_task(self) -> TaskParams:
+        """The task as the distilled (deployed) student reads it: a word_cnn student reads as the word-CNN."""
+        return self.cnn_task() if self.distill.student_kind == "word_cnn" else self.task
+
 
 def load_params(path: str | os.PathLike[str] | None = None) -> Params:
     """Read and validate params.yaml (or ``path``); every error names the file and the key."""
@@ -439,6 +463,9 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
             if other == params.task.name:
                 raise ConfigError(f"{key}: {other!r} is the profile's own task (task.name); "
                                   "choose another labelled task or 'none'")
+        if params.cnn.max_length is not None and params.task.truncation == "windows":
+            raise ConfigError("cnn.max_length: with task.truncation 'windows' every window is a training row, and the "
+                              "word-CNN's rows must be the teacher's; set cnn.max_length and cnn.stride to null")
         # The model sections are free-form dicts until a vocabulary is known: validate them now.
         teacher, student = params.model_config(vocab_size=30000), params.student_config(vocab_size=30000)
         lengths = [("task.max_length", params.task.max_length, "model", teacher),

@@ -219,7 +219,9 @@ def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str
 
 
 # Params methods a stage may call, and the part of params.yaml each reads.
-PARAMS_METHODS = {"model_config": "model", "student_config": "distill.student"}
+PARAMS_METHODS = {"model_config": ("model",), "student_config": ("distill.student",),
+                  "cnn_task": ("task", "cnn.max_length", "cnn.stride"),
+                  "student_task": ("task", "distill.student_kind", "cnn.max_length", "cnn.stride")}
 
 
 def params_reads(module: str) -> tuple[set[str], set[str], list[str]]:
@@ -244,7 +246,9 @@ def params_reads(module: str) -> tuple[set[str], set[str], list[str]]:
             owner, path = Params, []
             for name in names:
                 if name in PARAMS_METHODS and owner is Params:
-                    path = PARAMS_METHODS[name].split(".")
+                    *more, last = PARAMS_METHODS[name]
+                    reads.update(more)
+                    path = last.split(".")
                     break
                 fields = typing.get_type_hints(owner)
                 if name not in fields:
@@ -312,4 +316,30 @@ def test_sequence_lengths_must_fit_the_position_tables(tmp_path: Path, edit, mes
     raw = base()
     edit(raw)
     with pytest.raises(ConfigError, match=message):
+        load_params(write(tmp_path, raw))
+
+
+def test_the_word_cnn_reads_its_own_windows_and_a_word_cnn_student_keeps_them(tmp_path: Path) -> None:
+    raw = base()
+    params = load_params(write(tmp_path, raw))
+    assert params.cnn_task() == params.task == params.student_task(), "null: the task's windows"
+    raw["cnn"]["max_length"], raw["cnn"]["stride"] = 512, 448
+    raw["distill"]["student_kind"] = "word_cnn"
+    params = load_params(write(tmp_path, raw))
+    assert (params.cnn_task().max_length, params.cnn_task().stride) == (512, 448)
+    assert params.student_task() == params.cnn_task() and params.cnn_task().name == params.task.name
+    assert params.task.max_length == base()["task"]["max_length"], "the encoder's windows stay"
+    raw["distill"]["student_kind"], raw["distill"]["hidden_weight"], raw["distill"]["attention_weight"] = "transformer", 0, 0
+    assert load_params(write(tmp_path, raw)).student_task() == load_params(write(tmp_path, raw)).task
+    raw["cnn"]["stride"] = None
+    with pytest.raises(ConfigError, match="cnn.max_length and cnn.stride: set both"):
+        load_params(write(tmp_path, raw))
+    raw["cnn"]["stride"] = 511
+    with pytest.raises(ConfigError, match=r"cnn.max_length 512 / cnn.stride 511"):
+        load_params(write(tmp_path, raw))
+    raw["cnn"]["stride"], raw["task"]["truncation"] = 448, "windows"
+    with pytest.raises(ConfigError, match="cnn.max_length: with task.truncation 'windows'"):
+        load_params(write(tmp_path, raw))
+    raw["task"]["truncation"], raw["cnn"]["bag_buckets"] = "head", 2**24 + 1
+    with pytest.raises(ConfigError, match=r"cnn\.bag_buckets: 16777217 is out of range"):
         load_params(write(tmp_path, raw))

@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.distributed import World
-from minibert.textcnn import TextCNN, TextCNNConfig, build_textcnn, save_textcnn
+from minibert.textcnn import TextCNN, TextCNNConfig, bag_lr_scale, build_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import Tracker
 from pipeline.metrics import classification_metrics
@@ -52,7 +52,8 @@ def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np
     """A TextCNN from ``vectors`` (V, D) trained on ``rows``, the best of its validation passes."""
     torch.manual_seed(cfg.seed)
     model_cfg = TextCNNConfig(vocab_size=vectors.shape[0], dim=vectors.shape[1], widths=tuple(cfg.widths),
-                              filters=cfg.filters, dropout=cfg.dropout, num_labels=num_labels)
+                              filters=cfg.filters, dropout=cfg.dropout, num_labels=num_labels,
+                              bag_buckets=cfg.bag_buckets, bag_ngrams=cfg.bag_ngrams)
     model = build_textcnn(model_cfg, vectors).to(World().device())  # this process's GPU when there is one, as finetune
     # the classifier's loop; every choice spelled out, so FinetuneParams' defaults never change it
     loop_cfg = FinetuneParams(
@@ -60,7 +61,8 @@ def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np
         optim=cfg.optim, accumulate=1, precision="fp32", llrd=1.0, unfreeze_every=0, adversarial="none", patience=0,
         log_every=cfg.log_every, eval_every=cfg.eval_every,
     )
-    model, metrics = train_classifier(model, loop_cfg, rows, val, tracker, name="cnn", phase="cnn")
+    model, metrics = train_classifier(model, loop_cfg, rows, val, tracker, name="cnn", phase="cnn",
+                                      lr_scale=bag_lr_scale(cfg.bag_lr_scale))
     return model, model_cfg, metrics
 
 
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.tracking import stage_run
 
     params: Params = load_params()
-    cfg, task = params.cnn, params.task
+    cfg, task = params.cnn, params.cnn_task()  # cnn.max_length / stride: its own windows
     other = extra_task(cfg, task)
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.pretrained]

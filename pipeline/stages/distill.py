@@ -31,7 +31,7 @@ from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import Distiller, LogitDistiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
-from minibert.textcnn import TextCNN, load_textcnn, save_textcnn
+from minibert.textcnn import TextCNN, bag_lr_scale, load_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
@@ -71,13 +71,15 @@ def run(
 
 
 def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
-                 targets: np.ndarray, val: Validation, tracker: Tracker) -> tuple[TextCNN, dict]:
+                 targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0) -> tuple[TextCNN, dict]:
     """``distill.student_kind: word_cnn``: the cnn stage's ``student`` trained on further on the soft targets
-    (its own logits among them at ``cnn_share``), with the same KD loss, loop and selection as ``run``."""
+    (its own logits among them at ``cnn_share``), with the same KD loss, loop and selection as ``run``;
+    its n-gram bag, if any, at ``bag_lr`` times the learning rate (``cnn.bag_lr_scale``)."""
     torch.manual_seed(cfg.seed)
     distiller, metrics = train_classifier(
         LogitDistiller(student.train()), loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
         tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
+        lr_scale=bag_lr_scale(bag_lr),
     )
     student = distiller.student.eval()
     teacher_non_embedding, (total, non_embedding) = parameter_counts(teacher)[1], parameter_counts(student)
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="training curves (DVC plot); the PNG goes beside it")
     args = parser.parse_args(argv)
     params: Params = load_params()
-    task = params.task
+    task = params.student_task()  # a word_cnn student reads as the word-CNN (cnn.max_length)
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.teacher, args.teacher_logits, args.baseline_oof,
               args.cnn_logits] + ([args.cnn_model] if params.distill.student_kind == "word_cnn" else [])
@@ -197,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         if params.distill.student_kind == "word_cnn":
             check_tokenizer(args.cnn_model, tok, args.tokenizer)
             cnn, cnn_cfg = load_textcnn(args.cnn_model)
-            student, metrics = run_word_cnn(params.distill, cnn, teacher, rows, all_targets, val, recorder)
+            student, metrics = run_word_cnn(params.distill, cnn, teacher, rows, all_targets, val, recorder,
+                                            bag_lr=params.cnn.bag_lr_scale)
             save_textcnn(student, cnn_cfg, args.out, vocabulary_digest(tok))
         else:
             student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)

@@ -179,19 +179,22 @@ def main(argv: list[str] | None = None) -> None:
         student = load_classifier(args.student)
         int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified
 
-        def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32") -> Variant:
-            predict = text_logits(model, tok, task, cfg.batch_size, precision)
+        student_task = params.student_task()  # a word_cnn student reads its own windows (cnn.max_length)
+
+        def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32",
+                          reads: TaskParams = student_task) -> Variant:
+            predict = text_logits(model, tok, reads, cfg.batch_size, precision)
             return Variant(name, path, predict, predict, bf16=precision == "bf16")
 
         teacher_precision = resolve_precision(params.finetune.precision, torch.device("cpu"))
 
         variants = [
             Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba, probabilities=True),
-            torch_variant("teacher", teacher, args.teacher, teacher_precision),
+            torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=task),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
-            onnx_variant("student_onnx", args.onnx, args.tokenizer, task, cfg),
-            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, task, cfg),
+            onnx_variant("student_onnx", args.onnx, args.tokenizer, student_task, cfg),
+            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, student_task, cfg),
         ]
         measured = run(variants, test, cfg)
         results = {name: m.metrics for name, m in measured.items()}

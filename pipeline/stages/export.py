@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/export.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg, task = params.export, params.task
+    cfg, task = params.export, params.student_task()  # the student's windows
     test_path = split_path(args.data, task, "test")
     with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)

@@ -84,7 +84,7 @@ def train_classifier(
     model: SequenceClassifier, cfg: FinetuneParams, train: tuple[list[list[int]], np.ndarray],
     val: Validation, tracker: Tracker, name: str = "finetune",
     step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
-    world: World | None = None, phase: str | None = None,
+    world: World | None = None, phase: str | None = None, lr_scale: Callable[[str], float] | None = None,
 ) -> tuple[SequenceClassifier, dict]:
     """Train, scoring ``val`` every ``eval_every`` steps; returns the best model and metrics.
 
@@ -94,6 +94,7 @@ def train_classifier(
     ``val``: (model -> validation logits, validation labels). ``step`` computes (loss, tokens)
     for a batch (default: cross-entropy on the labels). Under torchrun (``world``) each rank
     trains on its share of every batch of ``cfg.batch_size``; every rank returns the same model.
+    ``lr_scale`` (parameter name -> learning-rate factor) applies when ``cfg.llrd`` is off.
     """
     world = world or World()
     world.check_batch(cfg.batch_size, "finetune.batch_size (or distill.batch_size)")
@@ -118,7 +119,7 @@ def train_classifier(
     hooks = Hooks(
         evaluate=evaluate,
         evaluate_tokens=val.tokens,
-        lr_scale=llrd_scale(len(model.backbone.encoder.layers), cfg.llrd) if cfg.llrd < 1.0 else None,
+        lr_scale=llrd_scale(len(model.backbone.encoder.layers), cfg.llrd) if cfg.llrd < 1.0 else lr_scale,
         before_step=GradualUnfreezing(model, cfg.unfreeze_every) if cfg.unfreeze_every else None,
         adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
         should_stop=patience_spent,

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
         save_int8(int8, args.out)
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel,
                            conv=cfg.conv)
-        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), params.task)
+        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), params.student_task())
         threads = params.export.threads
         accuracy = {
             name: classification_metrics(labels, val_logits(model))["accuracy"]

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
-            model_config={"max_length": params.task.max_length, "stride": params.task.stride,
+            model_config={"max_length": params.student_task().max_length, "stride": params.student_task().stride,
                           "aggregate": params.task.aggregate, "threads": params.evaluate.threads},
             tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
