@@ -64,3 +64,34 @@ def test_predict_returns_labels_and_probabilities(served) -> None:
     assert pyfunc.predict(None, []).empty
     with pytest.raises(ValueError, match="input needs a 'text' column"):
         pyfunc.predict(None, pd.DataFrame({"review": ["x"]}))
+
+
+def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
+    """cnn.max_length / stride: the registered model_config carries the word-CNN's windows, not the
+    encoder's, so the served logits are the evaluate stage's for that student (an n-gram bag in the graph)."""
+    import dataclasses
+
+    import torch
+
+    from minibert.textcnn import TextCNNConfig, build_textcnn
+    from pipeline.params import CNNParams, DistillParams, EnsembleParams, Params
+    from pipeline.stages.register import serving_config
+
+    tok, tok_path = toy_tokenizer(tmp_path)
+    torch.manual_seed(0)
+    student = build_textcnn(TextCNNConfig(vocab_size=tok.get_vocab_size(), dim=8, widths=(1, 2), filters=4, bag_buckets=256)).eval()
+    with torch.no_grad():
+        student.bag.weight.weight.normal_()
+    params = Params(task=TaskParams(max_length=16, stride=6), cnn=CNNParams(max_length=40, stride=30),
+                    distill=dataclasses.replace(DistillParams(), student_kind="word_cnn", hidden_weight=0.0, attention_weight=0.0,
+                                                ensemble=EnsembleParams(cnn_share=0.5)))
+    config = serving_config(params)
+    assert (config["max_length"], config["stride"]) == (40, 30), "the student's windows, not the encoder's 16 / 6"
+    pyfunc = SentimentModel()
+    pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(export_onnx(student, tmp_path / "s.onnx"))},
+                                        model_config=config))
+    texts = toy_texts(np.random.default_rng(1), (3, 30, 90))
+    expected = text_logits(student, tok, params.student_task(), batch_size=8)(texts)
+    np.testing.assert_allclose(pyfunc.logits(texts), expected, atol=1e-4)
+    at_encoder_windows = text_logits(student, tok, params.task, batch_size=8)(texts)
+    assert not np.allclose(at_encoder_windows, expected, atol=1e-3), "the windows matter for the long texts"

@@ -9,7 +9,9 @@ the training rows and the transfer set's texts, cut as ``teacher_logits`` cuts t
 (``distill.ensemble.cnn_share``). Why a CNN: on SST-2 it scored 85.1 dev in one 3-minute epoch
 where the 4-layer encoder, fine-tuned for 13 minutes, scored 83.0, and the two disagree on a
 tenth of the sentences (benchmarks/README.md). With a share of 0 nothing is trained and the
-logit files hold no columns.
+logit files hold no columns. ``cnn.bag_buckets`` adds a hashed token n-gram bag (``minibert.ngram_bag``)
+beside the convolutions; ``cnn.max_length`` / ``cnn.stride`` cut its rows and windows at its own length
+(``Params.cnn_task``): one row a text still, so its rows stay the teacher's.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ projected embeddings when narrower) and is trained on alpha * T^2 * KL(teacher |
 ``attention_weight`` are above 0, with the same batching, schedule and best-on-validation
 selection as fine-tuning. With ``distill.student_kind: word_cnn`` the student is instead the ``cnn``
 stage's word-level CNN, trained on further on the same soft targets and loss (it then reads the
-ensemble through its own vocabulary of n-gram filters, as Tang et al. 2019 distil BERT into a BiLSTM).
+ensemble through its own vocabulary of n-gram filters, as Tang et al. 2019 distil BERT into a BiLSTM),
+reading its texts as the word-CNN does (``Params.student_task``: ``cnn.max_length`` / ``cnn.stride``).
 """
 
 from __future__ import annotations

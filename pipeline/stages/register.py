@@ -43,6 +43,14 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES]
 
 
+def serving_config(params: Params) -> dict:
+    """The registered model's ``model_config`` (``pipeline.serving_model``): the deployed student's windows
+    (a word_cnn student reads its own, ``cnn.max_length`` / ``cnn.stride``), aggregation and threads."""
+    reads = params.student_task()
+    return {"max_length": reads.max_length, "stride": reads.stride, "aggregate": reads.aggregate,
+            "threads": params.evaluate.threads}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--onnx", type=Path, default=Path("models/quantize/student_int8.onnx"))
@@ -84,8 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
-            model_config={"max_length": params.student_task().max_length, "stride": params.student_task().stride,
-                          "aggregate": params.task.aggregate, "threads": params.evaluate.threads},
+            model_config=serving_config(params),
             tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
         )
