@@ -25,7 +25,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import ROOT, accuracy, add_params_args, fit_tfidf_with_extra, load_with_overrides, parse_overrides
+from common import (
+    ROOT,
+    accuracy,
+    add_params_args,
+    fit_tfidf_with_extra,
+    load_with_overrides,
+    parse_overrides,
+    scorers_by_reading,
+)
 
 from minibert.checkpoint import load_model
 from minibert.runtime import softmax
@@ -35,7 +43,6 @@ from pipeline.params import EnsembleParams
 from pipeline.soft_targets import average_at, log_probabilities, mix_ensemble, shares_on_validation
 from pipeline.splits import load_split
 from pipeline.stages.cnn import train, with_extra
-from pipeline.stages.finetune import validation
 from pipeline.task import encode_train
 
 
@@ -57,9 +64,9 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     train_df, val_df, test_df = (load_split(args.data, task, s) for s in ("train", "val", "test"))
     y_val, y_test = val_df["label"].to_numpy(), test_df["label"].to_numpy()
-    scorers = [validation(tok, df, task) for df in (val_df, test_df)]
+    scorers_for = scorers_by_reading(tok, [val_df, test_df])
     reads = params.cnn_task()  # the word-CNN's own windows when cnn.max_length is set
-    cnn_scorers = scorers if reads == task else [validation(tok, df, reads) for df in (val_df, test_df)]
+    scorers, cnn_scorers = scorers_for(task), scorers_for(reads)
 
     teacher, _, _ = load_model(args.root / "models" / "finetune" / "model.safetensors")
     t_val, t_test = (softmax(s.logits(teacher)) for s in scorers)

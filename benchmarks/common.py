@@ -70,6 +70,19 @@ def load_with_overrides(path: Path, overrides: dict[str, Any]) -> Params:
         os.unlink(f.name)
 
 
+def scorers_by_reading(tok: Tokenizer, frames: list[pd.DataFrame]) -> Callable[[Any], list]:
+    """``reads`` (a TaskParams: windows and cut) -> the ``validation`` scorers of ``frames`` as a model
+    reading that way sees them; built once a way of reading (the teacher's, the word-CNN's)."""
+    built: dict[Any, list] = {}
+
+    def scorers(reads: Any) -> list:
+        if reads not in built:
+            built[reads] = [validation(tok, df, reads) for df in frames]
+        return built[reads]
+
+    return scorers
+
+
 def step_gaps(model: torch.nn.Module, batches: Iterable, loss_fn: Callable, optim, loop: LoopConfig,
               clock: Callable[[], float] = time.perf_counter) -> np.ndarray:
     """Wall seconds between consecutive optimizer steps of ``fit`` (``loop.max_steps - 1`` gaps, in step

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import ROOT, accuracy, fit_tfidf_with_extra, load_with_overrides, parse_overrides
+from common import ROOT, accuracy, fit_tfidf_with_extra, load_with_overrides, parse_overrides, scorers_by_reading
 
 from minibert.checkpoint import load_model
 from minibert.runtime import softmax
@@ -34,7 +34,6 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.splits import load_split
 from pipeline.stages import distill
-from pipeline.stages.finetune import validation
 from pipeline.task import encode_train_indexed
 from pipeline.transfer_texts import load_transfer_split
 
@@ -53,12 +52,12 @@ def main() -> None:
     tok = load_tokenizer(models / "tokenizer" / "tokenizer.json")
     data = root / "data" / "prepared"
     train_df, val_df, test_df = (load_split(data, task, s) for s in ("train", "val", "test"))
-    scorers = [validation(tok, df, task) for df in (val_df, test_df)]
+    scorers_for = scorers_by_reading(tok, [val_df, test_df])
+    scorers = scorers_for(task)
     labels = [s.labels for s in scorers]
     # the word-CNN (member and word_cnn student) reads its own windows when cnn.max_length is set
     reads = params.student_task()
-    cnn_scorers = scorers if params.cnn_task() == task else [validation(tok, df, params.cnn_task()) for df in (val_df, test_df)]
-    student_scorers = cnn_scorers if reads != task else scorers
+    cnn_scorers, student_scorers = scorers_for(params.cnn_task()), scorers_for(reads)
 
     teacher, _, head_cfg = load_model(models / "finetune" / "model.safetensors")
     members = {"teacher": [softmax(s.logits(teacher)) for s in scorers]}
