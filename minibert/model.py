@@ -127,10 +127,10 @@ class SequenceClassifier(nn.Module):
 
 def parameter_counts(model: nn.Module) -> tuple[int, int]:
     """(all parameters, non-embedding parameters): the size measure distillation targets use. Embedding
-    parameters: a minibert's ``backbone.embeddings``, a word-CNN's (``minibert.textcnn``) ``embedding`` and
-    n-gram ``bag`` (lookup tables: no compute per parameter)."""
+    parameters: a minibert's ``backbone.embeddings``, a word-CNN's (``minibert.textcnn``) ``embedding``,
+    frozen ``static`` copy and n-gram ``bag`` (lookup tables: no compute per parameter)."""
     total = sum(p.numel() for p in model.parameters())
-    embedding = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("backbone.embeddings.", "embedding.", "bag.")))
+    embedding = sum(p.numel() for n, p in model.named_parameters() if n.startswith(("backbone.embeddings.", "embedding.", "static.", "bag.")))
     return total, total - embedding
 
 

@@ -8,6 +8,12 @@ scale the word vectors to unit standard deviation (BERT-style vectors have std ~
 leave the convolutions' ReLUs at their initial bias). It takes the encoder's ``(ids, mask)`` so
 that the classifier's batching, validation and scoring code serve it unchanged.
 
+``vectors`` is Kim's choice for the word vectors: ``non_static`` (trained on, the default),
+``static`` (frozen) or ``multichannel`` (a frozen copy beside the trained one, the convolutions
+reading both: Kim's channels, concatenated on the feature axis, so each filter has its own
+weights for either copy). A frozen copy keeps the corpus's view of words the training rows seldom
+move, where a trained-on table drifts for the words it sees.
+
 With ``bag_buckets`` above 0 a bag of hashed token n-grams (``minibert.ngram_bag``, fastText)
 adds its logits to the convolutions': the whole text's n-gram frequencies, a linear view that
 TF-IDF + LR takes and max-pooled filters do not.
@@ -23,6 +29,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -48,6 +55,7 @@ class TextCNNConfig:
     pad_id: int = 0
     bag_buckets: int = 0  # hashed n-gram slots of the bag-of-n-grams branch (0 = no bag)
     bag_ngrams: int = 2  # n-gram lengths 1..bag_ngrams in the bag
+    vectors: Literal["non_static", "static", "multichannel"] = "non_static"  # Kim's word-vector channels
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -65,11 +73,12 @@ class TextCNNConfig:
 
 class TextCNN(nn.Module):
     def __init__(self, embedding: nn.Embedding, input_scale: float, widths: tuple[int, ...], filters: int,
-                 dropout: float, num_labels: int, bag: NGramBag | None = None) -> None:
+                 dropout: float, num_labels: int, bag: NGramBag | None = None, static: nn.Embedding | None = None) -> None:
         super().__init__()
         self.embedding = embedding
+        self.static = static  # multichannel: a frozen copy of the vectors, read beside the trained one
         self.register_buffer("input_scale", torch.tensor(float(input_scale)))
-        dim = embedding.embedding_dim
+        dim = embedding.embedding_dim * (1 if static is None else 2)
         # padding w - 1 on both sides: every n-gram that overlaps the text, the first and last included
         self.convs = nn.ModuleList(nn.Conv1d(dim, filters, w, padding=w - 1) for w in widths)
         self.dropout = nn.Dropout(dropout)
@@ -79,7 +88,8 @@ class TextCNN(nn.Module):
     def forward(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """(B, T) ids, (B, T) mask (1 = token) -> (B, L) logits."""
         mask = (ids != self.embedding.padding_idx) if mask is None else mask.bool()
-        x = (self.embedding(ids) * self.input_scale).transpose(1, 2)  # (B, D, T)
+        x = self.embedding(ids) if self.static is None else torch.cat([self.embedding(ids), self.static(ids)], dim=-1)
+        x = (x * self.input_scale).transpose(1, 2)  # (B, D, T); D doubled with the static channel
         pooled = []
         for conv in self.convs:
             h = torch.relu(conv(x))[:, :, : ids.shape[1]]  # (B, F, T): the n-grams starting at each position
@@ -90,7 +100,8 @@ class TextCNN(nn.Module):
 
 def build_textcnn(cfg: TextCNNConfig, vectors: Tensor | None = None) -> TextCNN:
     """A TextCNN; ``vectors`` (V, D), e.g. a pretrained encoder's word embeddings, initialise its
-    embedding (trained on), else N(0, 1). The input scale makes their standard deviation 1."""
+    embedding (trained on unless ``cfg.vectors`` is ``static``) and a multichannel model's frozen
+    copy, else N(0, 1). The input scale makes their standard deviation 1."""
     if vectors is not None and tuple(vectors.shape) != (cfg.vocab_size, cfg.dim):
         raise ConfigError(f"word vectors of shape {tuple(vectors.shape)} do not fit vocab_size {cfg.vocab_size} x dim {cfg.dim}")
     embedding = nn.Embedding(cfg.vocab_size, cfg.dim, padding_idx=cfg.pad_id)
@@ -99,8 +110,16 @@ def build_textcnn(cfg: TextCNNConfig, vectors: Tensor | None = None) -> TextCNN:
         with torch.no_grad():
             embedding.weight.copy_(vectors)
         scale = 1.0 / max(float(vectors.float().std()), 1e-8)
+    static = None
+    if cfg.vectors == "multichannel":
+        static = nn.Embedding(cfg.vocab_size, cfg.dim, padding_idx=cfg.pad_id)
+        with torch.no_grad():
+            static.weight.copy_(embedding.weight)
+        static.weight.requires_grad_(False)
+    elif cfg.vectors == "static":
+        embedding.weight.requires_grad_(False)
     bag = NGramBag(cfg.vocab_size, cfg.bag_buckets, cfg.bag_ngrams, cfg.num_labels) if cfg.bag_buckets else None
-    return TextCNN(embedding, scale, tuple(cfg.widths), cfg.filters, cfg.dropout, cfg.num_labels, bag)
+    return TextCNN(embedding, scale, tuple(cfg.widths), cfg.filters, cfg.dropout, cfg.num_labels, bag, static)
 
 
 def bag_lr_scale(scale: float) -> Callable[[str], float]:

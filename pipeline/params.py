@@ -197,6 +197,8 @@ class CNNParams:
     bag_buckets: int = 0  # hashed n-gram slots of a bag-of-n-grams branch (minibert.ngram_bag, fastText); 0 = none
     bag_ngrams: int = 2  # n-gram lengths 1..bag_ngrams in the bag
     bag_lr_scale: float = 30.0  # the bag's learning rate over the optimizer's, here and in a word_cnn student's distillation
+    # Kim's word-vector channels: non_static (trained on) | static (frozen) | multichannel (a frozen copy beside the trained one)
+    vectors: Literal["non_static", "static", "multichannel"] = "non_static"
     # tokens the word-CNN reads a sequence or window, and its window step (null: the task's); it has no
     # positions, so it may read longer than the encoder; a word_cnn student keeps them through export and serving
     max_length: int | None = None

@@ -154,3 +154,41 @@ def test_the_logit_distiller_trains_a_word_cnn_toward_its_soft_targets() -> None
     assert after.item() < 0.5 * before.item()
     agree = (student(ids, mask).argmax(1) == targets.argmax(1)).float().mean().item()
     assert agree > 0.9, "alpha 1: the student follows the soft targets, not the labels"
+
+
+@pytest.mark.parametrize("vectors, trained, frozen", [
+    ("non_static", ["embedding"], []), ("static", [], ["embedding"]), ("multichannel", ["embedding"], ["static"]),
+])
+def test_kims_vector_channels_train_only_the_tables_they_should(tmp_path: Path, vectors: str, trained: list[str],
+                                                                 frozen: list[str]) -> None:
+    """Through the cnn stage's loop (AdamW with weight decay, best-on-validation reload): a frozen
+    table keeps the pretrained vectors bit for bit and stays frozen in the returned and reloaded
+    model; a trained one moves."""
+    from minibert.trainer import NullTracker
+    from pipeline.params import CNNParams
+    from pipeline.stages.cnn import train
+    from pipeline.stages.finetune import Validation
+
+    pretrained = torch.randn(20, 8) * 0.02
+    ids, labels = order_task(256, seed=0)
+    val_ids, val_labels = order_task(64, seed=1)
+    val = Validation(lambda m: m.eval()(val_ids).detach().numpy(), val_labels.numpy())
+    cfg = CNNParams(widths=(1, 2), filters=8, dropout=0.0, batch_size=32, epochs=2.0, eval_every=8, vectors=vectors)
+    model, model_cfg, metrics = train(cfg, pretrained, (ids.tolist(), labels.numpy()), val, NullTracker())
+    assert model_cfg.vectors == vectors and metrics["val_accuracy"] > 0.5
+    tables = {"embedding": model.embedding, "static": model.static}
+    assert (model.static is not None) == (vectors == "multichannel")
+    assert model.convs[0].in_channels == 8 * (2 if vectors == "multichannel" else 1)
+    for name in trained:
+        assert not torch.equal(tables[name].weight.detach(), pretrained) and tables[name].weight.requires_grad
+    for name in frozen:
+        torch.testing.assert_close(tables[name].weight.detach(), pretrained, rtol=0, atol=0)
+        assert not tables[name].weight.requires_grad
+    loaded, _ = load_textcnn(save_textcnn(model, model_cfg, tmp_path / "cnn.safetensors"))
+    assert sorted(n.split(".")[0] for n, p in loaded.named_parameters() if not p.requires_grad) == frozen
+    torch.testing.assert_close(loaded(val_ids), model.eval()(val_ids))
+
+
+def test_an_unknown_vector_channel_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"vectors: 'dynamic' is not one of \['non_static', 'static', 'multichannel'\]"):
+        TextCNNConfig(vocab_size=10, dim=4, vectors="dynamic")

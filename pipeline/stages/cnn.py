@@ -55,7 +55,7 @@ def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np
     torch.manual_seed(cfg.seed)
     model_cfg = TextCNNConfig(vocab_size=vectors.shape[0], dim=vectors.shape[1], widths=tuple(cfg.widths),
                               filters=cfg.filters, dropout=cfg.dropout, num_labels=num_labels,
-                              bag_buckets=cfg.bag_buckets, bag_ngrams=cfg.bag_ngrams)
+                              bag_buckets=cfg.bag_buckets, bag_ngrams=cfg.bag_ngrams, vectors=cfg.vectors)
     model = build_textcnn(model_cfg, vectors).to(World().device())  # this process's GPU when there is one, as finetune
     # the classifier's loop; every choice spelled out, so FinetuneParams' defaults never change it
     loop_cfg = FinetuneParams(

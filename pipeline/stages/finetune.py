@@ -100,6 +100,7 @@ def train_classifier(
     world.check_batch(cfg.batch_size, "finetune.batch_size (or distill.batch_size)")
     if world.distributed and cfg.unfreeze_every:
         raise ConfigError("finetune.unfreeze_every: gradual unfreezing is not supported across processes yet; set it to 0")
+    trainable_before = [param.requires_grad for param in model.parameters()]  # a frozen table (word-CNN) stays so
     best: dict = {"accuracy": -1.0, "index": -1, "state": None}
     n_evals = 0
 
@@ -134,8 +135,8 @@ def train_classifier(
         record_trained(phase, result.seconds - result.seconds_before_resume)
         # other ranks may read the plan before this lands: their budgets differ by a moment, and
         # fit trains every rank on rank 0's budget and clock
-    for param in model.parameters():
-        param.requires_grad_(True)  # undo any unfreezing schedule cut short
+    for param, trainable in zip(model.parameters(), trainable_before, strict=True):
+        param.requires_grad_(trainable)  # undo any unfreezing schedule cut short; frozen tables stay frozen
     model.load_state_dict(best["state"])
     metrics = {
         "val_accuracy": best["accuracy"],
