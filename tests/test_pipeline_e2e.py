@@ -21,7 +21,7 @@ import torch
 import yaml
 from servers import background, free_port, healthy, wait_until
 
-from minibert.checkpoint import header
+from minibert.checkpoint import header, load_model
 from minibert.textcnn import load_textcnn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -325,8 +325,8 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
               "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows",
               "-S", "distill.student_kind=word_cnn", "-S", "distill.hidden_weight=0", "-S", "distill.attention_weight=0",
-              "-S", "cnn.bag_buckets=4096"],
-             dest)  # and the word-CNN student (no layers to match) with an n-gram bag through export and int8
+              "-S", "cnn.bag_buckets=4096", "-S", "cnn.vectors=multichannel"],
+             dest)  # and the word-CNN student (no layers to match) with an n-gram bag and Kim's frozen channel through export and int8
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
     assert {"finetune", "baseline", "baseline_oof", "cnn", "distill", "evaluate", "register", "report"} <= set(ran)
@@ -342,6 +342,9 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     assert header(dest / "models" / "distill" / "model.safetensors")["kind"] == "textcnn"
     student = load_textcnn(dest / "models" / "distill" / "model.safetensors")[0]
     assert student.bag is not None and torch.count_nonzero(student.bag.weight.weight) > 0, "the bag trained"
+    pretrained = load_model(dest / "models" / "pretrain" / "model.safetensors")[0].backbone.embeddings.tokens.weight
+    assert student.static is not None and torch.equal(student.static.weight, pretrained), "frozen through cnn and distill"
+    assert not torch.equal(student.embedding.weight, pretrained), "the other channel trained"
     distill = json.loads((dest / "metrics" / "distill.json").read_text())
     assert distill["tensors_from_teacher"] == 0 and 0 < distill["student_non_embedding_params"] < distill["student_params"]
     assert 0.0 <= evaluation["student_onnx_int8"]["accuracy"] <= 1.0 and evaluation["student_onnx_int8"]["p50_ms"] > 0
