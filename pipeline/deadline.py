@@ -78,7 +78,7 @@ def plan_for(params: Params, started: float) -> Plan | None:
     if cfg.minutes is None:
         return None
     minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
-               "distill": params.distill.time_budget_min,
+               "distill": None if params.distill.time_budget_min is None else params.distill.time_budget_min * params.distill.soup,
                "cnn": params.cnn.time_budget_min if params.distill.ensemble.cnn_share > 0 else None,
                "transfer": params.finetune.transfer.time_budget_min if params.finetune.transfer.task != "none" else None}
     return Plan(started=started, deadline=started + cfg.minutes * 60.0,

@@ -274,9 +274,13 @@ class DistillParams:
     log_every: int = 25
     ensemble: EnsembleParams = field(default_factory=EnsembleParams)
     transfer_set: TransferSetParams = field(default_factory=TransferSetParams)
+    # word_cnn students trained from the cnn stage's model with seeds seed .. seed + soup - 1, their weights
+    # averaged (a uniform model soup, Wortsman et al. 2022); time_budget_min is each one's cap
+    soup: int = 1
 
     def __post_init__(self) -> None:
-        check_ranges("distill", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "log_every": ">= 1"})
+        check_ranges("distill", self, {"batch_size": ">= 1", "epochs": "> 0", "time_budget_min": "> 0", "log_every": ">= 1",
+                                       "soup": ">= 1"})
         if self.temperature <= 0:
             raise ConfigError(f"distill.temperature: {self.temperature} must be > 0")
         if not 0.0 <= self.alpha <= 1.0:
@@ -287,6 +291,9 @@ class DistillParams:
         if self.student_kind == "word_cnn" and self.ensemble.cnn_share == 0:
             raise ConfigError("distill.student_kind: 'word_cnn' starts from the cnn stage's model, which is trained only when "
                               "distill.ensemble.cnn_share is above 0; raise that share or set student_kind: transformer")
+        if self.soup > 1 and self.student_kind != "word_cnn":
+            raise ConfigError(f"distill.soup: {self.soup} averages word_cnn students, which all start from the cnn stage's "
+                              "model; a transformer student's layers start partly at random: set soup: 1 or student_kind: word_cnn")
         if self.student_kind == "word_cnn" and (self.hidden_weight or self.attention_weight):
             raise ConfigError("distill.hidden_weight / attention_weight: a word_cnn student has no layers to match; "
                               "set both to 0 or student_kind: transformer")

@@ -88,14 +88,16 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
                            "transfer": params.finetune.transfer.time_budget_min * 60.0,
                            "finetune": params.finetune.time_budget_min * 60.0,
                            "cnn": params.cnn.time_budget_min * 60.0,
-                           "distill": params.distill.time_budget_min * 60.0}
+                           "distill": params.distill.time_budget_min * params.distill.soup * 60.0}  # each soup member's cap
+    assert params.distill.soup > 1, "the default distils a soup: its members' caps add up"
     assert got.share_before == dataclasses.asdict(params.deadline.untimed_share_before)
     no_transfer = dataclasses.replace(params, finetune=dataclasses.replace(
         params.finetune, transfer=dataclasses.replace(params.finetune.transfer, task="none")))
     assert "transfer" not in plan_for(no_transfer, 0.0).budgets
     no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
-        params.distill, student_kind="transformer", ensemble=dataclasses.replace(params.distill.ensemble, cnn_share=0.0)))
+        params.distill, student_kind="transformer", soup=1, ensemble=dataclasses.replace(params.distill.ensemble, cnn_share=0.0)))
     assert "cnn" not in plan_for(no_cnn, 0.0).budgets  # its stage trains nothing: no time reserved for it
+    assert plan_for(no_cnn, 0.0).budgets["distill"] == params.distill.time_budget_min * 60.0
     off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
     assert plan_for(off, 0.0) is None
 

@@ -199,6 +199,8 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("distill.ensemble", "cnn_share", 0.0, r"distill\.student_kind: 'word_cnn' starts from the cnn stage's model, which is "
                                            r"trained only when distill\.ensemble\.cnn_share is above 0"),
     ("distill", "attention_weight", 1.0, r"distill\.hidden_weight / attention_weight: a word_cnn student has no layers"),
+    ("distill", "soup", 0, r"distill\.soup: 0 is out of range; expected >= 1"),
+    ("distill", "student_kind", "transformer", r"distill\.soup: 3 averages word_cnn students, which all start from the cnn "),
     ("cnn", "widths", [], r"cnn\.widths: \[\] is out of range; expected one or more widths"),
     ("cnn", "extra_max_length", 2, r"cnn\.extra_max_length: 2 is out of range; expected >= 3"),
     ("cnn", "dropout", 1.0, r"cnn\.dropout: 1\.0 is out of range; expected in \[0, 1\)"),
@@ -329,7 +331,7 @@ def test_the_word_cnn_reads_its_own_windows_and_a_word_cnn_student_keeps_them(tm
     assert (params.cnn_task().max_length, params.cnn_task().stride) == (512, 448)
     assert params.student_task() == params.cnn_task() and params.cnn_task().name == params.task.name
     assert params.task.max_length == base()["task"]["max_length"], "the encoder's windows stay"
-    raw["distill"]["student_kind"], raw["distill"]["hidden_weight"], raw["distill"]["attention_weight"] = "transformer", 0, 0
+    raw["distill"].update(student_kind="transformer", hidden_weight=0, attention_weight=0, soup=1)
     assert load_params(write(tmp_path, raw)).student_task() == load_params(write(tmp_path, raw)).task
     raw["cnn"]["stride"] = None
     with pytest.raises(ConfigError, match="cnn.max_length and cnn.stride: set both"):

@@ -325,8 +325,8 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
               "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows",
               "-S", "distill.student_kind=word_cnn", "-S", "distill.hidden_weight=0", "-S", "distill.attention_weight=0",
-              "-S", "cnn.bag_buckets=4096", "-S", "cnn.vectors=multichannel"],
-             dest)  # and the word-CNN student (no layers to match) with an n-gram bag and Kim's frozen channel through export and int8
+              "-S", "cnn.bag_buckets=4096", "-S", "cnn.vectors=multichannel", "-S", "distill.soup=2"],
+             dest)  # and a soup of two word-CNN students (no layers to match) with an n-gram bag and Kim's frozen channel through export and int8
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
     assert {"finetune", "baseline", "baseline_oof", "cnn", "distill", "evaluate", "register", "report"} <= set(ran)
@@ -347,6 +347,7 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     assert not torch.equal(student.embedding.weight, pretrained), "the other channel trained"
     distill = json.loads((dest / "metrics" / "distill.json").read_text())
     assert distill["tensors_from_teacher"] == 0 and 0 < distill["student_non_embedding_params"] < distill["student_params"]
+    assert distill["soup"] == 2 and len(distill["soup_member_val_accuracy"]) == 2
     assert 0.0 <= evaluation["student_onnx_int8"]["accuracy"] <= 1.0 and evaluation["student_onnx_int8"]["p50_ms"] > 0
     mlflow, client = client_for(dest)
     evaluate_runs = client.search_runs([client.get_experiment_by_name("minibert-tiny").experiment_id],
@@ -435,7 +436,7 @@ def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(proje
     dest, _ = project
     data = yaml.safe_load((dest / "params.yaml").read_text())
     data["distill"]["ensemble"]["cnn_share"] = 0
-    data["distill"]["student_kind"] = "transformer"  # the IMDb exp run leaves word_cnn, which needs the CNN
+    data["distill"].update(student_kind="transformer", soup=1)  # the IMDb exp run leaves a word_cnn soup, which needs the CNN
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "cnn"
     out.mkdir()

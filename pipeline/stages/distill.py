@@ -16,11 +16,15 @@ selection as fine-tuning. With ``distill.student_kind: word_cnn`` the student is
 stage's word-level CNN, trained on further on the same soft targets and loss (it then reads the
 ensemble through its own vocabulary of n-gram filters, as Tang et al. 2019 distil BERT into a BiLSTM),
 reading its texts as the word-CNN does (``Params.student_task``: ``cnn.max_length`` / ``cnn.stride``).
+With ``distill.soup`` above 1, that many word-CNN students train from the same model with successive
+seeds and their weights are averaged (``minibert.soup``): the deployed model is then the seeds' mean,
+not one seed's draw.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,15 +36,18 @@ from minibert.checkpoint import check_tokenizer, load_model, save_model
 from minibert.config import ClassifierConfig, ModelConfig
 from minibert.distill import Distiller, LogitDistiller, init_student_from_teacher
 from minibert.model import SequenceClassifier, build_classifier, parameter_counts
-from minibert.textcnn import TextCNN, bag_lr_scale, load_textcnn, save_textcnn
+from minibert.soup import soup_of
+from minibert.textcnn import TextCNN, TextCNNConfig, bag_lr_scale, load_textcnn, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
+from pipeline.deadline import budget_s
+from pipeline.metrics import classification_metrics
 from pipeline.params import DistillParams, FinetuneParams, Params, load_params
 from pipeline.soft_targets import load_logits, mix_ensemble
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.stages.finetune import Validation, train_classifier, validation
+from pipeline.stages.finetune import PrefixedTracker, Validation, train_classifier, validation
 from pipeline.task import encode_train_indexed
 from pipeline.tracking import stage_run
 from pipeline.transfer_texts import load_transfer_split
@@ -72,14 +79,16 @@ def run(
 
 
 def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
-                 targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0) -> tuple[TextCNN, dict]:
+                 targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
+                 phase: str | None = "distill") -> tuple[TextCNN, dict]:
     """``distill.student_kind: word_cnn``: the cnn stage's ``student`` trained on further on the soft targets
     (its own logits among them at ``cnn_share``), with the same KD loss, loop and selection as ``run``;
-    its n-gram bag, if any, at ``bag_lr`` times the learning rate (``cnn.bag_lr_scale``)."""
+    its n-gram bag, if any, at ``bag_lr`` times the learning rate (``cnn.bag_lr_scale``). ``phase``: the
+    deadline's loop (None: ``cfg.time_budget_min`` as it is, a soup member's share)."""
     torch.manual_seed(cfg.seed)
     distiller, metrics = train_classifier(
         LogitDistiller(student.train()), loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
-        tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
+        tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase=phase,
         lr_scale=bag_lr_scale(bag_lr),
     )
     student = distiller.student.eval()
@@ -87,6 +96,36 @@ def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifi
     metrics.update({"student_params": total, "student_non_embedding_params": non_embedding,
                     "non_embedding_ratio": non_embedding / teacher_non_embedding, "tensors_from_teacher": 0})
     return student, metrics
+
+
+def run_soup(cfg: DistillParams, cnn_model: Path, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
+             targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
+             others_tracker: Tracker | None = None) -> tuple[TextCNN, TextCNNConfig, dict]:
+    """``distill.soup`` word-CNN students, each from ``cnn_model`` with seed ``cfg.seed + i`` (its data order and
+    dropout), their weights averaged (``minibert.soup``). The deadline gives the soup one budget (each member's
+    cap times ``soup``), shared evenly; member 0 logs to ``tracker`` as a lone student would (the curves), member
+    i to ``others_tracker`` (default ``tracker``) with ``soup{i}_`` names.
+    Metrics: the soup's validation, each member's, and the members' training seconds summed."""
+    cnn, cnn_cfg = load_textcnn(cnn_model)
+    if cfg.soup == 1:
+        student, metrics = run_word_cnn(cfg, cnn, teacher, train, targets, val, tracker, bag_lr)
+        return student, cnn_cfg, metrics
+    budget, budget_metrics = budget_s("distill", None if cfg.time_budget_min is None else cfg.time_budget_min * cfg.soup)
+    each = dataclasses.replace(cfg, time_budget_min=None if budget is None else budget / 60.0 / cfg.soup)
+    members, runs = [], []
+    for i in range(cfg.soup):
+        start = cnn if i == 0 else load_textcnn(cnn_model)[0]
+        student, metrics = run_word_cnn(dataclasses.replace(each, seed=cfg.seed + i), start, teacher, train, targets, val,
+                                        tracker if i == 0 else PrefixedTracker(others_tracker or tracker, f"soup{i}_"), bag_lr,
+                                        phase=None)
+        members.append(student)
+        runs.append(metrics)
+    soup = soup_of(members).eval()
+    scored = classification_metrics(val.labels, val.logits(soup))
+    metrics = {**runs[0], **budget_metrics, "soup": cfg.soup, "val_accuracy": scored["accuracy"], "val_f1": scored["f1"],
+               "soup_member_val_accuracy": [m["val_accuracy"] for m in runs], "train_seconds": sum(m["train_seconds"] for m in runs),
+               "stopped_by_budget": any(m["stopped_by_budget"] for m in runs)}
+    return soup, cnn_cfg, metrics
 
 
 def loop_config(cfg: DistillParams, rows: int) -> FinetuneParams:
@@ -199,9 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         val = validation(tok, val_df, task)
         if params.distill.student_kind == "word_cnn":
             check_tokenizer(args.cnn_model, tok, args.tokenizer)
-            cnn, cnn_cfg = load_textcnn(args.cnn_model)
-            student, metrics = run_word_cnn(params.distill, cnn, teacher, rows, all_targets, val, recorder,
-                                            bag_lr=params.cnn.bag_lr_scale)
+            student, cnn_cfg, metrics = run_soup(params.distill, args.cnn_model, teacher, rows, all_targets, val, recorder,
+                                                 bag_lr=params.cnn.bag_lr_scale, others_tracker=tracker)
             save_textcnn(student, cnn_cfg, args.out, vocabulary_digest(tok))
         else:
             student, metrics = run(params.distill, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)
