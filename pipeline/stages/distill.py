@@ -24,6 +24,7 @@ not one seed's draw.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 from pathlib import Path
 from typing import NamedTuple
@@ -112,19 +113,21 @@ def run_soup(cfg: DistillParams, cnn_model: Path, teacher: SequenceClassifier, t
         return student, cnn_cfg, metrics
     budget, budget_metrics = budget_s("distill", None if cfg.time_budget_min is None else cfg.time_budget_min * cfg.soup)
     each = dataclasses.replace(cfg, time_budget_min=None if budget is None else budget / 60.0 / cfg.soup)
+    initial = copy.deepcopy(cnn)  # each member trains its own copy in place: read the file once
     members, runs = [], []
     for i in range(cfg.soup):
-        start = cnn if i == 0 else load_textcnn(cnn_model)[0]
+        start = cnn if i == 0 else copy.deepcopy(initial)
         student, metrics = run_word_cnn(dataclasses.replace(each, seed=cfg.seed + i), start, teacher, train, targets, val,
                                         tracker if i == 0 else PrefixedTracker(others_tracker or tracker, f"soup{i}_"), bag_lr,
                                         phase=None)
         members.append(student)
         runs.append(metrics)
     soup = soup_of(members).eval()
-    record_trained("distill", sum(m["train_seconds"] for m in runs))  # the members trained outside the plan's loops
+    trained = sum(m["train_seconds"] for m in runs)
+    record_trained("distill", trained)  # the members trained outside the plan's loops
     scored = classification_metrics(val.labels, val.logits(soup))
     metrics = {**runs[0], **budget_metrics, "soup": cfg.soup, "val_accuracy": scored["accuracy"], "val_f1": scored["f1"],
-               "soup_member_val_accuracy": [m["val_accuracy"] for m in runs], "train_seconds": sum(m["train_seconds"] for m in runs),
+               "soup_member_val_accuracy": [m["val_accuracy"] for m in runs], "train_seconds": trained,
                "stopped_by_budget": any(m["stopped_by_budget"] for m in runs)}
     return soup, cnn_cfg, metrics
 
