@@ -38,10 +38,10 @@ from minibert.layers import NORM_STYLES
 from minibert.positional import POSITIONS
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import RecordingTracker
+from pipeline import pretraining
 from pipeline.io import read_table
 from pipeline.params import FinetuneParams, Params
 from pipeline.splits import TASK_SPLITS
-from pipeline.stages import pretrain
 
 # name -> overrides of the finetune section ("optim.lr" reaches into the optimizer, "transfer.task" the transfer)
 FINETUNE_VARIANTS: dict[str, dict] = {
@@ -101,7 +101,7 @@ def arch_block(params_for: ParamsFor, names: list[str], steps: int, tok, data: T
                              **{f"model.{key}": value for key, value in variants[name].items()}})
         model_cfg = params.model_config(tok.get_vocab_size())
         start = time.perf_counter()
-        mlm, pre_metrics = pretrain.run(params.pretrain, model_cfg, tok, corpus, RecordingTracker())
+        mlm, pre_metrics = pretraining.run(params.pretrain, model_cfg, tok, corpus, RecordingTracker())
         scores = finetune_and_score(params, model_cfg, mlm.backbone, data)
         rows.append({"block": "arch", "variant": name, "overrides": variants[name],
                      "mlm_accuracy": pre_metrics["mlm_accuracy"], "pretrain_seconds": pre_metrics["train_seconds"],

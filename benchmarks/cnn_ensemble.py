@@ -1,7 +1,7 @@
 """The word-CNN as a third model family: alone, and averaged with the teacher and TF-IDF.
 
 On a finished pipeline run (``--root``: its prepared data, tokenizer, pretrained encoder and
-fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.stages.cnn.train``,
+fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.word_cnn.train_word_cnn``,
 params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``baseline`` section's
 TF-IDF + LR on the task's training split plus ``distill.ensemble.extra_task``'s texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
@@ -42,8 +42,8 @@ from minibert.trainer import NullTracker
 from pipeline.params import EnsembleParams
 from pipeline.soft_targets import average_at, log_probabilities, mix_ensemble, shares_on_validation
 from pipeline.splits import load_split
-from pipeline.stages.cnn import train, with_extra
 from pipeline.task import encode_train
+from pipeline.word_cnn import train_word_cnn, with_extra
 
 
 def at_shares(ens: EnsembleParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: np.ndarray) -> np.ndarray:
@@ -80,7 +80,7 @@ def main() -> None:
     rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
-        model, _, metrics = train(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), cnn_scorers[0], NullTracker())
+        model, _, metrics = train_word_cnn(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), cnn_scorers[0], NullTracker())
         c_val, c_test = (softmax(s.logits(model)) for s in cnn_scorers)
         cnn_probs.append((c_val, c_test))
         chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)

@@ -23,12 +23,14 @@ from minibert.distributed import World
 from minibert.model import Backbone
 from minibert.train_config import LoopConfig
 from minibert.trainer import Hooks, NullTracker, RecordingTracker, Tracker, fit
+from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
+from pipeline.scoring import validation
 from pipeline.splits import load_split
-from pipeline.stages.baseline import run as fit_baseline
-from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
 from pipeline.task import encode_train
+from pipeline.teacher import build, finetune_loop, transfer_phase, transfer_splits
+from pipeline.tfidf import fit_baseline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,7 +138,7 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     tracker = RecordingTracker(tracker)
     splits = transfer_splits(params.finetune, params.task, data.dir)
     model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, splits, tracker)
-    model, metrics = train_classifier(model, params.finetune, data.train, data.val, tracker)
+    model, metrics = train_classifier(model, finetune_loop(params.finetune), data.train, data.val, tracker)
     metrics.update(transfer)
     if keep is not None:
         keep(model)

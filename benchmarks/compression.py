@@ -49,10 +49,9 @@ from minibert.quantize import load_int8, quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import CLS, SEP, load_tokenizer
 from minibert.windows import document_windows
-from pipeline.metrics import classification_metrics
+from pipeline.metrics import classification_metrics, single_text_latency
 from pipeline.params import load_params
 from pipeline.splits import load_split
-from pipeline.stages.evaluate import single_text_latency
 from pipeline.task import encode_documents, text_logits
 
 Texts = Callable[[list[str]], np.ndarray]  # raw texts -> (N, L) logits

@@ -3,7 +3,7 @@
 On a finished pipeline run (``--root``), reads the soft targets its stages saved (``teacher_logits``,
 ``baseline_oof`` and ``cnn``: training rows and transfer set), then for every variant (a ``;``-separated
 list of space-separated ``section.key=value`` overrides of the run's params.yaml; an empty variant is
-the run's own params) and seed trains the ``distill`` stage's student (``pipeline.stages.distill.run``, or
+the run's own params) and seed trains the ``distill`` stage's student (``pipeline.distillation.distill_transformer``, or
 ``run_word_cnn`` from the run's word-CNN for ``distill.student_kind=word_cnn``)
 and scores it on validation and on the test split of record. Nothing is refitted, so every variant
 learns the same targets. First it prints the members the targets average, on the same splits: the
@@ -32,8 +32,8 @@ from minibert.runtime import softmax
 from minibert.textcnn import load_textcnn
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
+from pipeline import distillation
 from pipeline.splits import load_split
-from pipeline.stages import distill
 from pipeline.task import encode_train_indexed
 from pipeline.transfer_texts import load_transfer_split
 
@@ -77,8 +77,8 @@ def main() -> None:
 
     files = [[models / stage / f"{part}.npz" for stage in ("teacher_logits", "baseline_oof", "cnn")]
              for part in ("train", "transfer")]
-    train_sources = distill.load_sources((ens.baseline_share, ens.cnn_share), files[0], train_labels, train_df["label"].to_numpy(), text_index)
-    transfer_sources = distill.load_sources((ens.baseline_share, ens.cnn_share), files[1], transfer_labels, transfer_df["label"].to_numpy(),
+    train_sources = distillation.load_sources((ens.baseline_share, ens.cnn_share), files[0], train_labels, train_df["label"].to_numpy(), text_index)
+    transfer_sources = distillation.load_sources((ens.baseline_share, ens.cnn_share), files[1], transfer_labels, transfer_df["label"].to_numpy(),
                                             transfer_index)
 
     runs = []
@@ -94,14 +94,14 @@ def main() -> None:
             n = cfg.transfer_set.rows
             if n > len(transfer):
                 raise SystemExit(f"error: distill.transfer_set.rows={n}: the run's transfer set holds {len(transfer)}")
-            rows, targets = distill.with_transfer((sequences, train_labels), distill.soft_targets(cfg, *train_sources),
-                                                  transfer[:n], distill.soft_targets(cfg, *transfer_sources)[:n])
+            rows, targets = distillation.with_transfer((sequences, train_labels), distillation.soft_targets(cfg, *train_sources),
+                                                  transfer[:n], distillation.soft_targets(cfg, *transfer_sources)[:n])
             start = time.perf_counter()
             if cfg.student_kind == "word_cnn":  # the run's word-CNN, afresh for every variant and seed
-                student, metrics = distill.run_word_cnn(cfg, load_textcnn(models / "cnn" / "model.safetensors")[0], teacher,
+                student, metrics = distillation.run_word_cnn(cfg, load_textcnn(models / "cnn" / "model.safetensors")[0], teacher,
                                                         rows, targets, student_scorers[0], NullTracker(), bag_lr=p.cnn.bag_lr_scale)
             else:
-                student, metrics = distill.run(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
+                student, metrics = distillation.distill_transformer(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
                                                student_scorers[0], NullTracker())
             runs.append({"variant": " ".join(variant) or "the run's params", "seed": seed,
                          "val": accuracy(student_scorers[0].logits(student), labels[0]),

@@ -27,9 +27,9 @@ from minibert.checkpoint import load_model
 from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
+from pipeline.scoring import validation
 from pipeline.splits import load_split
-from pipeline.stages.baseline import run as fit_baseline
-from pipeline.stages.finetune import validation
+from pipeline.tfidf import fit_baseline
 
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 11), 1)  # the fine-tuned model's share of the average
 

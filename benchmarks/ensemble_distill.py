@@ -35,17 +35,16 @@ from common import ROOT, add_params_args, load_with_overrides, parse_overrides
 from minibert.checkpoint import load_model
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
+from pipeline.distillation import distill_transformer as distill
+from pipeline.distillation import soft_targets, with_transfer
 from pipeline.io import read_table
+from pipeline.scoring import teacher_logits as score_teacher
+from pipeline.scoring import validation
 from pipeline.soft_targets import UNLABELLED, load_logits, log_probabilities
 from pipeline.splits import load_split
-from pipeline.stages.baseline_oof import fold_jobs, out_of_fold
-from pipeline.stages.distill import run as distill
-from pipeline.stages.distill import soft_targets, with_transfer
-from pipeline.stages.finetune import validation
-from pipeline.stages.teacher_logits import teacher_logits as score_teacher
-from pipeline.stages.transfer_set import CORPUS, labelled_texts
 from pipeline.task import encode_train_indexed
-from pipeline.transfer_texts import transfer_texts
+from pipeline.tfidf import fold_jobs, out_of_fold
+from pipeline.transfer_texts import CORPUS, labelled_texts, transfer_texts
 
 
 def floats(text: str) -> list[float]:

@@ -34,11 +34,11 @@ from minibert.model import build_classifier, build_mlm
 from minibert.precision import cpu_has_native_bf16, resolve_precision
 from minibert.tokenizer import load_tokenizer
 from minibert.train_config import LoopConfig
+from pipeline import pretraining
+from pipeline.classifier_loop import classify_step, labelled_stream
+from pipeline.distillation import kd_step
 from pipeline.io import read_table
 from pipeline.params import load_params
-from pipeline.stages import pretrain
-from pipeline.stages.distill import kd_step
-from pipeline.stages.finetune import classify_step, labelled_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -85,7 +85,7 @@ def main() -> None:
     }
     corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()[:4000]
     pre = dataclasses.replace(params.pretrain, batch_size=64)
-    cases["MLM, 64 x 128"] = ("mlm", pretrain.build_sequences(tok, corpus, 128, 64 * (args.steps + 2), 1))
+    cases["MLM, 64 x 128"] = ("mlm", pretraining.build_sequences(tok, corpus, 128, 64 * (args.steps + 2), 1))
 
     results = []
     for name, (kind, data) in cases.items():
@@ -108,7 +108,7 @@ def main() -> None:
                 loss_fn = functools.partial(kd_step, temperature=dis.temperature, alpha=dis.alpha)
             else:
                 model = build_mlm(model_cfg)
-                batches, loss_fn, optim = pretrain.batch_stream(data, pre, model_cfg.vocab_size), pretrain.mlm_step, pre.optim
+                batches, loss_fn, optim = pretraining.batch_stream(data, pre, model_cfg.vocab_size), pretraining.mlm_step, pre.optim
             row[precision] = step_seconds(model, batches, loss_fn, optim, precision, args.steps)
         row["bf16_over_fp32"] = row["bf16"] / row["fp32"]
         results.append(row)

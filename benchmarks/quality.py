@@ -53,10 +53,10 @@ from minibert.model import build_mlm
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import NullTracker, RecordingTracker
+from pipeline import pretraining
 from pipeline.io import read_table
 from pipeline.params import Params
-from pipeline.stages import pretrain
-from pipeline.stages.finetune import head_config
+from pipeline.teacher import head_config
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -68,7 +68,7 @@ def say(**fields: object) -> None:
 
 def choose_device(name: str) -> torch.device:
     """The device of ``--device``. ``cpu`` hides the GPUs from this process (before CUDA starts), so
-    that pretrain.run, which trains on ``World().device()``, stays on the CPU as well."""
+    that pretraining.run, which trains on ``World().device()``, stays on the CPU as well."""
     if name == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     elif name == "cuda" and not torch.cuda.is_available():
@@ -89,10 +89,10 @@ def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, cor
     5 % of the rest (one-off stalls) trimmed."""
     cfg = params.pretrain
     skip = steps // 2  # on a GPU, each new batch shape is slow once: 100 steps timed from step 10 gave 60 ms, the run 20 ms
-    sequences = pretrain.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size * cfg.accumulate,
+    sequences = pretraining.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size * cfg.accumulate,
                                          cfg.seed + 1)
     model = build_mlm(model_cfg).to(World().device())
-    gaps = step_gaps(model, pretrain.batch_stream(sequences, cfg, model_cfg.vocab_size), pretrain.mlm_step, cfg.optim,
+    gaps = step_gaps(model, pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size), pretraining.mlm_step, cfg.optim,
                      LoopConfig(max_steps=steps, accumulate=cfg.accumulate, precision=cfg.precision), synchronized_clock)
     del model
     if torch.cuda.is_available():
@@ -241,7 +241,7 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
         history = RecordingTracker()
         mark = time.perf_counter()
-        mlm, record["pretrain"] = pretrain.run(params.pretrain, model_cfg, tok, corpus, PrintingTracker(history, "pretrain"))
+        mlm, record["pretrain"] = pretraining.run(params.pretrain, model_cfg, tok, corpus, PrintingTracker(history, "pretrain"))
         seconds["pretrain"] = time.perf_counter() - mark
         record["pretrain_throughput"] = pretrain_throughput(history, record["pretrain"], params, model_cfg, args.peak_tflops)
         if device.type == "cuda":

@@ -32,10 +32,12 @@ from minibert.model import SequenceClassifier
 from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
+from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics
+from pipeline.scoring import validation
 from pipeline.splits import load_split
-from pipeline.stages.finetune import build, train_classifier, transfer_phase, transfer_splits, validation
 from pipeline.task import encode_train
+from pipeline.teacher import build, finetune_loop, transfer_phase, transfer_splits
 from pipeline.transfer_texts import review_sentences
 
 
@@ -91,7 +93,7 @@ def main() -> None:
         tracker = PrintingTracker(NullTracker(), "teacher")
         teacher, transfer = transfer_phase(teacher, cfg, task, tok, transfer_splits(cfg, task, args.data), tracker)
         save_model(teacher, model_cfg, imdb_path, head)
-        teacher, metrics = train_classifier(teacher, cfg, train, val, tracker)
+        teacher, metrics = train_classifier(teacher, finetune_loop(cfg), train, val, tracker)
         save_model(teacher, model_cfg, teacher_path, head)
         note(teacher_val=metrics["val_accuracy"], teacher_train_s=metrics["train_seconds"] + transfer["transfer_train_seconds"])
     teacher, model_cfg, _ = load_model(teacher_path)
@@ -123,13 +125,13 @@ def main() -> None:
     tracker = PrintingTracker(NullTracker(), "student")
     if args.mix:
         mixed = (train[0] + pseudo[0], np.concatenate([train[1], pseudo[1]]))
-        student, metrics = train_classifier(student.train(), cfg, mixed, val, tracker)
+        student, metrics = train_classifier(student.train(), finetune_loop(cfg), mixed, val, tracker)
         note(student_val=metrics["val_accuracy"], student_train_s=metrics["train_seconds"], student_steps=metrics["steps"])
     else:
         phase = dataclasses.replace(cfg, epochs=args.pseudo_epochs, time_budget_min=None)
-        student, metrics = train_classifier(student.train(), phase, pseudo, val, tracker, name="pseudo")
+        student, metrics = train_classifier(student.train(), finetune_loop(phase), pseudo, val, tracker, name="pseudo")
         note(pseudo_val=metrics["val_accuracy"], pseudo_train_s=metrics["train_seconds"], pseudo_dev=dev(student))
-        student, metrics = train_classifier(student.train(), cfg, train, val, tracker)
+        student, metrics = train_classifier(student.train(), finetune_loop(cfg), train, val, tracker)
         note(student_val=metrics["val_accuracy"], student_train_s=metrics["train_seconds"])
     note(student_dev=dev(student), total_s=time.perf_counter() - start)
     results = ROOT / "benchmarks" / "results" / "selftrain.jsonl"

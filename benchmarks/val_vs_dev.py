@@ -28,9 +28,11 @@ from machine import describe
 from minibert.checkpoint import load_model
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
+from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params
-from pipeline.stages.finetune import Validation, build, train_classifier
+from pipeline.scoring import Validation
+from pipeline.teacher import build, finetune_loop
 
 
 def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int) -> dict:
@@ -48,7 +50,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
         return logits
 
     start = time.perf_counter()
-    _, metrics = train_classifier(model, cfg, data.train, Validation(both, val_labels, val_tokens), NullTracker())
+    _, metrics = train_classifier(model, finetune_loop(cfg), data.train, Validation(both, val_labels, val_tokens), NullTracker())
     best = int(np.argmax([c["val"] for c in curve]))  # the first maximum, as train_classifier keeps
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.task.name, "seed": seed,

@@ -1,6 +1,9 @@
-"""Classification metrics as pure functions of labels and logits (numpy)."""
+"""Classification metrics as pure functions of labels and logits (numpy), and single-text latency."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -20,6 +23,17 @@ def percentiles_ms(seconds: list[float]) -> dict[str, float]:
     """p50 / p95 of latencies given in seconds, in milliseconds."""
     ms = np.asarray(seconds) * 1000.0
     return {"p50_ms": float(np.percentile(ms, 50)), "p95_ms": float(np.percentile(ms, 95))}
+
+
+def single_text_latency(predict: Callable[[list[str]], object], texts: list[str]) -> dict[str, float]:
+    """p50 / p95 milliseconds of ``predict([text])`` over ``texts``, one at a time, after one warm-up."""
+    predict(texts[:1])
+    seconds = []
+    for text in texts:
+        start = time.perf_counter()
+        predict([text])
+        seconds.append(time.perf_counter() - start)
+    return percentiles_ms(seconds)
 
 
 def positive_probability(scores: np.ndarray, probabilities: bool) -> np.ndarray:

@@ -20,6 +20,7 @@ from pipeline.io import read_table
 from pipeline.params import TransferSetParams
 from pipeline.soft_targets import UNLABELLED
 
+CORPUS = "corpus.parquet"  # the prepared data's unlabelled pretraining corpus
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
@@ -66,3 +67,9 @@ def load_transfer_split(path: Path) -> pd.DataFrame:
     """The transfer set (stage transfer_set) as a split of label -1 rows, for the task's encoder."""
     texts = read_table(path, ["text"])["text"]
     return pd.DataFrame({"text": texts.astype(str), "label": np.full(len(texts), UNLABELLED, np.int64)})
+
+
+def labelled_texts(data_dir: Path) -> set[str]:
+    """Every text of every prepared table but the corpus: the splits a student is scored or trained on."""
+    tables = sorted(p for p in data_dir.glob("*.parquet") if p.name != CORPUS)
+    return {text for path in tables for text in read_table(path, ["text"])["text"]}

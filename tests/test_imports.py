@@ -1,11 +1,14 @@
 """The library stays a library: importing it loads none of the workflow stack."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = ("pipeline", "mlflow", "prefect", "dvc", "transformers", "onnx", "onnxruntime", "datasets")
 
 
@@ -41,10 +44,43 @@ def test_the_model_names_of_the_package_still_resolve() -> None:
         minibert.nope  # noqa: B018
 
 
-@pytest.mark.parametrize("module", ["pipeline.stages.pretrain", "pipeline.stages.finetune", "pipeline.stages.baseline",
-                                    "pipeline.stages.cnn", "pipeline.stages.teacher_logits"])
-def test_the_training_stages_functions_import_without_the_tracking_stack(module: str) -> None:
-    """benchmarks/gpu_session.sh runs these stages' functions on a GPU machine that has torch,
-    scikit-learn and tokenizers but no mlflow, dvc, prefect or skops: a stage imports those in main."""
+@pytest.mark.parametrize("module", ["pipeline.pretraining", "pipeline.teacher", "pipeline.classifier_loop", "pipeline.scoring",
+                                    "pipeline.tfidf", "pipeline.word_cnn", "pipeline.distillation"])
+def test_the_training_loops_import_without_the_tracking_stack(module: str) -> None:
+    """benchmarks/gpu_session.sh runs the training loops on a GPU machine that has torch, scikit-learn
+    and tokenizers but no mlflow, dvc, prefect or skops: only a stage's main imports those."""
     loaded = loaded_by(module) & {"mlflow", "prefect", "dvc", "skops", "datasets"}
     assert loaded == set(), f"import {module} pulled in {sorted(loaded)}"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The modules a source file imports (``from X import y`` gives X and X.y)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_stage_imports_another_stage() -> None:
+    """A stage is ``main()`` over library and pipeline modules; the loops stages share live outside
+    ``pipeline/stages`` (``stages/common`` aside), so no stage is another's library."""
+    stages = sorted((ROOT / "pipeline" / "stages").glob("*.py"))
+    names = {p.stem for p in stages} - {"__init__", "common"}
+    assert {"finetune", "distill", "cnn", "evaluate"} <= names
+    for path in stages:
+        others = {f"pipeline.stages.{n}" for n in names - {path.stem}}
+        used = imported_modules(path) & others
+        assert not used, f"{path.name} imports {sorted(used)}; move what it needs into a pipeline module"
+
+
+def test_benchmarks_import_no_stage() -> None:
+    """Benchmarks measure the loops the stages run, through the same modules, never a stage's internals."""
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) > 5
+    for path in scripts:
+        used = {m for m in imported_modules(path) if m == "pipeline.stages" or m.startswith("pipeline.stages.")}
+        assert not used, f"benchmarks/{path.name} imports {sorted(used)}"

@@ -1,4 +1,4 @@
-"""pretrain.run end to end on toy text: zero MLM steps leaves the count-based initialisation (word
+"""pretraining.run end to end on toy text: zero MLM steps leaves the count-based initialisation (word
 vectors, unigram output bias); a collapsed encoder is flagged."""
 
 import json
@@ -13,8 +13,8 @@ from minibert import ModelConfig
 from minibert.embedding_init import unigram_log_probs
 from minibert.train_config import PPMIConfig
 from minibert.trainer import NullTracker, RecordingTracker
+from pipeline import pretraining
 from pipeline.params import PretrainParams
-from pipeline.stages import pretrain
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,8 @@ def test_zero_steps_keeps_the_ppmi_vectors_and_reports_one_evaluation(toy) -> No
     tok, texts = toy
     cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_positions=64)
     history = RecordingTracker(NullTracker())
-    model, metrics = pretrain.run(params(0, "ppmi_svd"), cfg, tok, texts, history)
-    ids, vectors, _ = pretrain.corpus_embeddings(pretrain.encode_documents(tok, texts), tok.get_vocab_size(),
+    model, metrics = pretraining.run(params(0, "ppmi_svd"), cfg, tok, texts, history)
+    ids, vectors, _ = pretraining.corpus_embeddings(pretraining.encode_documents(tok, texts), tok.get_vocab_size(),
                                                  cfg.hidden_size, params(0, "ppmi_svd"))
     assert metrics["steps"] == 0 and metrics["train_seconds"] == 0.0 and metrics["approx_tokens_seen"] == 0.0
     torch.testing.assert_close(model.backbone.embeddings.tokens.weight[ids], vectors)
@@ -52,8 +52,8 @@ def test_zero_steps_keeps_the_ppmi_vectors_and_reports_one_evaluation(toy) -> No
 def test_some_steps_move_the_vectors(toy) -> None:
     tok, texts = toy
     cfg = ModelConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_positions=64)
-    model, metrics = pretrain.run(params(3, "ppmi_svd"), cfg, tok, texts, NullTracker())
-    ids, vectors, _ = pretrain.corpus_embeddings(pretrain.encode_documents(tok, texts), tok.get_vocab_size(),
+    model, metrics = pretraining.run(params(3, "ppmi_svd"), cfg, tok, texts, NullTracker())
+    ids, vectors, _ = pretraining.corpus_embeddings(pretraining.encode_documents(tok, texts), tok.get_vocab_size(),
                                                  cfg.hidden_size, params(3, "ppmi_svd"))
     assert metrics["steps"] == 3 and np.isfinite(metrics["final_train_loss"])
     assert not torch.allclose(model.backbone.embeddings.tokens.weight[ids], vectors)
@@ -61,9 +61,9 @@ def test_some_steps_move_the_vectors(toy) -> None:
 
 def test_unigram_bias_starts_the_decoder_at_the_corpus_frequencies_and_lowers_the_first_loss(toy) -> None:
     tok, texts = toy
-    zeros_model, zeros = pretrain.run(params(0, "random"), small(tok), tok, texts, NullTracker())
-    model, unigram = pretrain.run(params(0, "random", "unigram"), small(tok), tok, texts, NullTracker())
-    docs = [np.asarray(d, dtype=np.int64) for d in pretrain.encode_documents(tok, texts)]
+    zeros_model, zeros = pretraining.run(params(0, "random"), small(tok), tok, texts, NullTracker())
+    model, unigram = pretraining.run(params(0, "random", "unigram"), small(tok), tok, texts, NullTracker())
+    docs = [np.asarray(d, dtype=np.int64) for d in pretraining.encode_documents(tok, texts)]
     torch.testing.assert_close(model.head.bias, unigram_log_probs(docs, tok.get_vocab_size()))
     assert not zeros_model.head.bias.any()
     # same seed, same encoder and eval batches: only the bias differs, and it is the unigram solution
@@ -74,7 +74,7 @@ def test_unigram_bias_starts_the_decoder_at_the_corpus_frequencies_and_lowers_th
 
 def test_a_collapsed_encoder_is_flagged_with_a_warning_that_names_the_fix(toy, monkeypatch) -> None:
     tok, texts = toy
-    build = pretrain.build_mlm
+    build = pretraining.build_mlm
 
     def collapsed(cfg: ModelConfig):
         model = build(cfg)
@@ -82,9 +82,9 @@ def test_a_collapsed_encoder_is_flagged_with_a_warning_that_names_the_fix(toy, m
             model.backbone.encoder.layers[-1].feed_forward_norm.weight.zero_()
         return model
 
-    monkeypatch.setattr(pretrain, "build_mlm", collapsed)
+    monkeypatch.setattr(pretraining, "build_mlm", collapsed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _, metrics = pretrain.run(params(0, "random"), small(tok), tok, texts, NullTracker())
+        _, metrics = pretraining.run(params(0, "random"), small(tok), tok, texts, NullTracker())
     assert metrics["collapsed"] and metrics["token_spread"] < 1e-6
     assert any("collapsed" in str(w.message) and "mlm_bias_init: unigram" in str(w.message) for w in caught)

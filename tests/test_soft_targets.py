@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from minibert.runtime import softmax
+from pipeline.distillation import soft_targets, with_transfer
 from pipeline.io import DataError
 from pipeline.params import BaselineParams, DistillParams, EnsembleParams
 from pipeline.soft_targets import (
@@ -21,9 +22,7 @@ from pipeline.soft_targets import (
     save_logits,
     shares_on_validation,
 )
-from pipeline.stages.baseline import build_baseline
-from pipeline.stages.baseline_oof import out_of_fold, run
-from pipeline.stages.distill import soft_targets, with_transfer
+from pipeline.tfidf import build_baseline, out_of_fold, out_of_fold_logits
 
 UNIQUE_WORDS = BaselineParams(min_df=1)  # every row's own word survives the vocabulary cut
 
@@ -134,7 +133,7 @@ def test_out_of_fold_needs_every_label_in_every_fold() -> None:
 
 def test_a_zero_share_fits_nothing_and_the_student_learns_from_the_teacher_alone() -> None:
     train = random_rows(3, seed=0)  # too few rows to fit folds: proof that nothing is fitted
-    logits, transfer, metrics = run(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1,
+    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1,
                                     unlabelled=["a", "b"])
     assert logits.shape == (3, 0) and transfer.shape == (2, 0) and metrics["skipped"]
     teacher = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)

@@ -166,15 +166,15 @@ def test_kims_vector_channels_train_only_the_tables_they_should(tmp_path: Path, 
     model; a trained one moves."""
     from minibert.trainer import NullTracker
     from pipeline.params import CNNParams
-    from pipeline.stages.cnn import train
-    from pipeline.stages.finetune import Validation
+    from pipeline.scoring import Validation
+    from pipeline.word_cnn import train_word_cnn
 
     pretrained = torch.randn(20, 8) * 0.02
     ids, labels = order_task(256, seed=0)
     val_ids, val_labels = order_task(64, seed=1)
     val = Validation(lambda m: m.eval()(val_ids).detach().numpy(), val_labels.numpy())
     cfg = CNNParams(widths=(1, 2), filters=8, dropout=0.0, batch_size=32, epochs=2.0, eval_every=8, vectors=vectors)
-    model, model_cfg, metrics = train(cfg, pretrained, (ids.tolist(), labels.numpy()), val, NullTracker())
+    model, model_cfg, metrics = train_word_cnn(cfg, pretrained, (ids.tolist(), labels.numpy()), val, NullTracker())
     assert model_cfg.vectors == vectors and metrics["val_accuracy"] > 0.5
     tables = {"embedding": model.embedding, "static": model.static}
     assert (model.static is not None) == (vectors == "multichannel")

@@ -13,8 +13,7 @@ from conftest import SHARED, run_stage
 
 from pipeline.params import TransferSetParams
 from pipeline.soft_targets import UNLABELLED
-from pipeline.stages.transfer_set import labelled_texts
-from pipeline.transfer_texts import load_transfer_split, review_sentences, transfer_texts
+from pipeline.transfer_texts import labelled_texts, load_transfer_split, review_sentences, transfer_texts
 
 REVIEWS = [
     "A fine film. The cast is superb and the plot holds!<br /><br />Would I see it again? Yes, twice.",
@@ -85,7 +84,7 @@ def test_teacher_logits_follow_the_input_order_and_an_empty_set_keeps_the_label_
     from conftest import toy_classifier, toy_texts, toy_tokenizer
 
     from minibert.inference import encode, predict_logits
-    from pipeline.stages.teacher_logits import teacher_logits
+    from pipeline.scoring import teacher_logits
 
     tok, _ = toy_tokenizer(tmp_path)
     model = toy_classifier(tok)

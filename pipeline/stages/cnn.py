@@ -17,65 +17,23 @@ beside the convolutions; ``cnn.max_length`` / ``cnn.stride`` cut its rows and wi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
-from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
-from minibert.distributed import World
-from minibert.textcnn import TextCNN, TextCNNConfig, bag_lr_scale, build_textcnn, save_textcnn
+from minibert.textcnn import save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import Tracker
 from pipeline.metrics import classification_metrics
-from pipeline.params import CNNParams, FinetuneParams, Params, TaskParams, load_params
+from pipeline.params import Params, load_params
+from pipeline.scoring import chunked_logits, validation
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
-from pipeline.stages.finetune import Validation, train_classifier, validation
-from pipeline.stages.teacher_logits import chunked_logits
 from pipeline.task import encode_train
 from pipeline.transfer_texts import load_transfer_split
-
-
-def extra_task(cfg: CNNParams, task: TaskParams) -> TaskParams | None:
-    """How the extra task's texts are cut: one sequence of ``extra_max_length``, head and tail."""
-    if cfg.extra_task == "none":
-        return None
-    return dataclasses.replace(task, name=cfg.extra_task, max_length=cfg.extra_max_length,
-                               stride=cfg.extra_max_length - 2, truncation="head_tail")
-
-
-def train(cfg: CNNParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np.ndarray], val: Validation,
-          tracker: Tracker, num_labels: int = 2) -> tuple[TextCNN, TextCNNConfig, dict]:
-    """A TextCNN from ``vectors`` (V, D) trained on ``rows``, the best of its validation passes."""
-    torch.manual_seed(cfg.seed)
-    model_cfg = TextCNNConfig(vocab_size=vectors.shape[0], dim=vectors.shape[1], widths=tuple(cfg.widths),
-                              filters=cfg.filters, dropout=cfg.dropout, num_labels=num_labels,
-                              bag_buckets=cfg.bag_buckets, bag_ngrams=cfg.bag_ngrams, vectors=cfg.vectors)
-    model = build_textcnn(model_cfg, vectors).to(World().device())  # this process's GPU when there is one, as finetune
-    # the classifier's loop; every choice spelled out, so FinetuneParams' defaults never change it
-    loop_cfg = FinetuneParams(
-        seed=cfg.seed, processes=1, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
-        optim=cfg.optim, accumulate=1, precision="fp32", llrd=1.0, unfreeze_every=0, adversarial="none", patience=0,
-        log_every=cfg.log_every, eval_every=cfg.eval_every,
-    )
-    model, metrics = train_classifier(model, loop_cfg, rows, val, tracker, name="cnn", phase="cnn",
-                                      lr_scale=bag_lr_scale(cfg.bag_lr_scale))
-    return model, model_cfg, metrics
-
-
-def with_extra(tok: Tokenizer, data: Path, cfg: CNNParams, task: TaskParams,
-               rows: tuple[list[list[int]], np.ndarray]) -> tuple[tuple[list[list[int]], np.ndarray], int]:
-    """The task's encoded training ``rows`` followed by the extra task's (cut by ``extra_task``), and how many of those."""
-    other = extra_task(cfg, task)
-    if other is None:
-        return rows, 0
-    extra, extra_labels = encode_train(tok, load_split(data, other, "train"), other)
-    return (rows[0] + extra, np.concatenate([rows[1], extra_labels])), len(extra)
+from pipeline.word_cnn import extra_task, train_word_cnn, with_extra
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -117,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         val_df = load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         rows, extra_rows = with_extra(tok, args.data, cfg, task, (sequences, labels))
-        model, model_cfg, metrics = train(cfg, vectors, rows, validation(tok, val_df, task), tracker,
+        model, model_cfg, metrics = train_word_cnn(cfg, vectors, rows, validation(tok, val_df, task), tracker,
                                           num_labels=int(pd.concat([train_df, val_df])["label"].max()) + 1)
         start = time.perf_counter()
         logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)

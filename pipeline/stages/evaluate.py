@@ -43,13 +43,19 @@ from minibert.tokenizer import load_tokenizer
 from pipeline.attention import head_statistics_picture, head_table, sentence_pictures, sentiment_lexicon
 from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.io import atomic_path, write_json
-from pipeline.metrics import classification_metrics, confusion_matrix, percentiles_ms, positive_probability, reliability
+from pipeline.metrics import (
+    classification_metrics,
+    confusion_matrix,
+    positive_probability,
+    reliability,
+    single_text_latency,
+)
 from pipeline.params import EvaluateParams, Params, TaskParams, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
 from pipeline.splits import load_split, split_path
-from pipeline.stages.baseline import load_baseline
 from pipeline.task import text_logits
+from pipeline.tfidf import load_baseline
 from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores
@@ -89,17 +95,6 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: Evaluat
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16)}
     return Measured(metrics, p_positive, bins)
-
-
-def single_text_latency(predict: Predict, texts: list[str]) -> dict[str, float]:
-    """p50 / p95 milliseconds of ``predict([text])`` over ``texts``, one at a time, after one warm-up."""
-    predict(texts[:1])
-    seconds = []
-    for text in texts:
-        start = time.perf_counter()
-        predict([text])
-        seconds.append(time.perf_counter() - start)
-    return percentiles_ms(seconds)
 
 
 def onnx_variant(name: str, path: Path, tokenizer: Path, task: TaskParams, cfg: EvaluateParams) -> Variant:

@@ -19,9 +19,9 @@ from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
+from pipeline.scoring import validation
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.stages.finetune import validation
 from pipeline.tracking import stage_run
 
 

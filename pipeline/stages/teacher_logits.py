@@ -16,36 +16,16 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
-from torch import nn
-
 from minibert.checkpoint import check_tokenizer, load_model
-from minibert.inference import predict_logits
-from minibert.model import SequenceClassifier
 from minibert.precision import resolve_precision
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
-from pipeline.progress import progress
+from pipeline.scoring import teacher_logits
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.task import encode_train
 from pipeline.transfer_texts import load_transfer_split
-
-CHUNK_ROWS = 4096
-
-
-def chunked_logits(model: nn.Module, sequences: list[list[int]], what: str, num_labels: int,
-                   precision: str = "fp32", batch_size: int = 128) -> np.ndarray:
-    """(N, num_labels) logits of any ``model(ids, mask)``; a progress-bar step a chunk, each chunk batched by length."""
-    chunks = range(0, len(sequences), CHUNK_ROWS)
-    out = [predict_logits(model.eval(), sequences[i : i + CHUNK_ROWS], batch_size=batch_size, precision=precision)
-           for i in progress(chunks, what, unit="chunk")]
-    return np.concatenate(out) if out else np.zeros((0, num_labels), np.float32)
-
-
-def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str, precision: str = "fp32") -> np.ndarray:
-    return chunked_logits(teacher, sequences, what, teacher.head.classifier.out_features, precision)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--transfer-out", type=Path, default=Path("models/teacher_logits/transfer.npz"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/teacher_logits.json"))
     args = parser.parse_args(argv)
-    from pipeline.stages.common import finish_stage  # mlflow only where a stage logs: the functions above serve
-    from pipeline.tracking import stage_run  # benchmarks on machines without it (benchmarks/gpu_session.sh)
+    from pipeline.stages.common import finish_stage  # mlflow only where a stage logs
+    from pipeline.tracking import stage_run
     params: Params = load_params()
     task = params.task
     train_path = split_path(args.data, task, "train")

@@ -17,15 +17,7 @@ from pipeline.io import read_table, write_table
 from pipeline.params import Params, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
-from pipeline.transfer_texts import transfer_texts
-
-CORPUS = "corpus.parquet"
-
-
-def labelled_texts(data_dir: Path) -> set[str]:
-    """Every text of every prepared table but the corpus: the splits a student is scored or trained on."""
-    tables = sorted(p for p in data_dir.glob("*.parquet") if p.name != CORPUS)
-    return {text for path in tables for text in read_table(path, ["text"])["text"]}
+from pipeline.transfer_texts import CORPUS, labelled_texts, transfer_texts
 
 
 def main(argv: list[str] | None = None) -> None:

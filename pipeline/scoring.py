@@ -1,0 +1,54 @@
+"""Scoring a classifier on a set of texts: the validation pass every training loop selects on, and
+logits of a whole set (soft targets, parity checks) in chunks with a progress bar."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+from tokenizers import Tokenizer
+from torch import nn
+
+from minibert.inference import predict_logits, predict_windows
+from minibert.model import SequenceClassifier
+from minibert.tokenizer import CLS, SEP
+from minibert.windows import document_windows
+from pipeline.params import TaskParams
+from pipeline.progress import progress
+from pipeline.task import encode_documents
+
+CHUNK_ROWS = 4096  # rows a progress-bar step when a model scores a whole set
+
+
+class Validation(NamedTuple):
+    """What a loop scores itself on: model -> logits, the labels, and the tokens it reads."""
+
+    logits: Callable[[SequenceClassifier], np.ndarray]
+    labels: np.ndarray
+    tokens: int = 0  # tokens its windows hold: the final pass's time is kept back from the budget by them (trainer.fit)
+
+
+def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: str = "fp32") -> Validation:
+    """(model -> logits on ``df`` through the task's sliding windows, labels, tokens the windows
+    hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
+    time budget run in bf16 too."""
+    docs = encode_documents(tok, df["text"].tolist())
+    windows, counts = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
+    # the windows are the same every pass: cut once, scored each pass
+    return Validation(lambda m: predict_windows(m, windows, counts, task.aggregate, 128, precision),
+                      df["label"].to_numpy(), sum(len(w) for w in windows))
+
+
+def chunked_logits(model: nn.Module, sequences: list[list[int]], what: str, num_labels: int,
+                   precision: str = "fp32", batch_size: int = 128) -> np.ndarray:
+    """(N, num_labels) logits of any ``model(ids, mask)``; a progress-bar step a chunk, each chunk batched by length."""
+    chunks = range(0, len(sequences), CHUNK_ROWS)
+    out = [predict_logits(model.eval(), sequences[i : i + CHUNK_ROWS], batch_size=batch_size, precision=precision)
+           for i in progress(chunks, what, unit="chunk")]
+    return np.concatenate(out) if out else np.zeros((0, num_labels), np.float32)
+
+
+def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str, precision: str = "fp32") -> np.ndarray:
+    return chunked_logits(teacher, sequences, what, teacher.head.classifier.out_features, precision)
