@@ -14,7 +14,7 @@ from pipeline.attention_plots import attention_grid_chart, attention_head_chart,
 from pipeline.curves import curve_table, write_curves
 from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.metrics import confusion_matrix, positive_probability, reliability
-from pipeline.plots import DPI, _label_groups, tradeoff_chart
+from pipeline.plots import DPI, _label_groups, tradeoff_chart, tradeoff_figure
 
 TABLE = pd.DataFrame({
     "variant": ["teacher", "student", "student_onnx", "student_onnx_int8"],
@@ -43,6 +43,46 @@ def test_chart_is_a_png_written_atomically(tmp_path: Path) -> None:
     assert png_size(path) == (11 * DPI, int(4.2 * DPI))
     assert path.stat().st_size > 20_000, "a real chart, not an empty canvas"
     assert [p.name for p in path.parent.iterdir()] == ["tradeoff.png"]
+
+
+VARIANTS = ["baseline", "teacher", "student", "student_int8", "student_onnx", "student_onnx_int8"]
+CLOSE = pd.DataFrame({  # an evaluate run's table (the issue's): pairs 0.12 and 0.23 accuracy points apart
+    "variant": VARIANTS, "accuracy": [0.8154, 0.8326, 0.8612, 0.8589, 0.8612, 0.8624],
+    "p50_ms": [0.53, 3.26, 0.69, 0.70, 0.39, 0.39], "size_mb": [2.3, 21.6, 5.49, 1.61, 5.52, 1.61],
+})
+SAME = pd.DataFrame({  # student_onnx exactly on student, student_int8 a hair below student_onnx_int8
+    "variant": VARIANTS, "accuracy": [0.8154, 0.8326, 0.8612, 0.8618, 0.8612, 0.8624],
+    "p50_ms": [0.53, 3.26, 0.69, 0.39, 0.69, 0.39], "size_mb": [2.3, 21.6, 5.49, 1.61, 5.49, 1.61],
+})
+
+
+def _gap(box: tuple[float, float, float, float], point: np.ndarray) -> float:
+    """Display distance from ``point`` to the rectangle ``box`` (x0, y0, x1, y1)."""
+    return float(np.hypot(max(box[0] - point[0], 0, point[0] - box[2]), max(box[1] - point[1], 0, point[1] - box[3])))
+
+
+@pytest.mark.parametrize("table", [CLOSE, SAME], ids=["near-duplicates", "identical-points"])
+def test_each_label_is_nearest_its_own_point(table: pd.DataFrame) -> None:
+    fig = tradeoff_figure(table)
+    fig.draw_without_rendering()  # final layout: display coordinates as drawn
+    for ax in fig.axes:
+        points = ax.transData.transform(ax.collections[0].get_offsets())  # one a table row, in its order
+        named = [[str(n) for n in a.get_text().split(", ")] for a in ax.texts]
+        assert sorted(n for names in named for n in names) == sorted(VARIANTS), f"{ax.get_title()}: one label a variant"
+        boxes = [tuple(a.get_window_extent().extents) for a in ax.texts]
+        for a, names, box in zip(ax.texts, named, boxes):
+            own = [points[VARIANTS.index(n)] for n in names]
+            anchor = ax.transData.transform(a.xy)
+            assert min(np.hypot(*(anchor - p)) for p in own) < 0.5, f"{names} is attached to its own point"
+            nearest = VARIANTS[int(np.argmin([_gap(box, p) for p in points]))]
+            assert nearest in names, f"{ax.get_title()}: label {names} lies nearest {nearest}'s point"
+            if a.arrow_patch is not None:  # a leader line runs from the text to its own point
+                end = a.arrow_patch.get_path().vertices[-1]
+                assert min(np.hypot(*(end - p)) for p in own) < 10
+        for i, first in enumerate(boxes):
+            for second in boxes[i + 1:]:
+                apart = first[2] <= second[0] or second[2] <= first[0] or first[3] <= second[1] or second[3] <= first[1]
+                assert apart, f"{ax.get_title()}: labels overlap"
 
 
 HISTORY = [
