@@ -135,7 +135,7 @@ def main() -> None:
     base = parse_overrides(args.overrides)
 
     def params_for(variant: dict[str, Any]) -> Params:
-        return load_with_overrides(args.params, {**base, **variant})
+        return load_with_overrides(args.params, {**base, **variant}, args.profile)
 
     params = params_for({})
     tok = load_tokenizer(args.tokenizer)

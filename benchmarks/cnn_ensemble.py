@@ -3,10 +3,10 @@
 On a finished pipeline run (``--root``: its prepared data, tokenizer, pretrained encoder and
 fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.word_cnn.train_word_cnn``,
 params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``baseline`` section's
-TF-IDF + LR on the task's training split plus ``distill.ensemble.extra_task``'s texts (as the
+TF-IDF + LR on the task's training split plus ``soft_targets.tfidf.extra_task``'s texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
 model alone, their agreement with the teacher, and probability averages of the three (equal
-thirds, the pipeline's shares: TF-IDF ``baseline_share``, CNN ``cnn_share``, the teacher the rest, and
+thirds, the pipeline's ``soft_targets.shares``, and
 the shares that score best on validation, ``pipeline.soft_targets.shares_on_validation``);
 with several seeds, also their CNNs averaged into one member, alone and in the mix at the pipeline's shares.
 Prints a table and appends one JSON record to benchmarks/results/cnn_ensemble.jsonl.
@@ -39,17 +39,17 @@ from minibert.checkpoint import load_model
 from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
-from pipeline.params import EnsembleParams
-from pipeline.soft_targets import average_at, log_probabilities, mix_ensemble, shares_on_validation
+from pipeline.params import SharesParams
+from pipeline.soft_targets import average_at, combine, log_probabilities, shares_on_validation
 from pipeline.splits import load_split
 from pipeline.task import encode_train
 from pipeline.word_cnn import train_word_cnn, with_extra
 
 
-def at_shares(ens: EnsembleParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: np.ndarray) -> np.ndarray:
-    """The three models' probabilities mixed at the pipeline's shares, as the distill stage mixes them."""
-    return mix_ensemble(log_probabilities(teacher), [(log_probabilities(tfidf), ens.baseline_share),
-                                                     (log_probabilities(cnn), ens.cnn_share)])
+def at_shares(shares: SharesParams, teacher: np.ndarray, tfidf: np.ndarray, cnn: np.ndarray) -> np.ndarray:
+    """The three models' probabilities mixed at the pipeline's shares, as the soft_targets stage mixes them."""
+    return combine(shares.of(), {"teacher": log_probabilities(teacher), "tfidf": log_probabilities(tfidf),
+                                 "word_cnn": log_probabilities(cnn)})
 
 
 def main() -> None:
@@ -59,8 +59,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=lambda t: [int(x) for x in t.split(",")], default=[0, 1])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
-    task, cfg, ens = params.task, params.cnn, params.distill.ensemble
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
+    task, cfg, ens = params.task, params.cnn, params.soft_targets.shares
     tok = load_tokenizer(args.tokenizer)
     train_df, val_df, test_df = (load_split(args.data, task, s) for s in ("train", "val", "test"))
     y_val, y_test = val_df["label"].to_numpy(), test_df["label"].to_numpy()
@@ -76,7 +76,6 @@ def main() -> None:
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
     (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, reads))
-    t_share = 1.0 - ens.baseline_share - ens.cnn_share
     rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
@@ -90,7 +89,7 @@ def main() -> None:
             "teacher+cnn (halves)": ((t_val + c_val) / 2, (t_test + c_test) / 2),
             "tfidf+cnn (halves)": ((b_val + c_val) / 2, (b_test + c_test) / 2),
             "all three (thirds)": ((t_val + b_val + c_val) / 3, (t_test + b_test + c_test) / 3),
-            f"pipeline shares ({t_share:.2g}/{ens.baseline_share:g}/{ens.cnn_share:g})": (
+            f"pipeline shares ({ens.teacher:g}/{ens.tfidf:g}/{ens.word_cnn:g})": (
                 at_shares(ens, t_val, b_val, c_val), at_shares(ens, t_test, b_test, c_test)),
             "shares chosen on val (teacher/tfidf/cnn)": (average_at(chosen, [t_val, b_val, c_val]),
                                                          average_at(chosen, [t_test, b_test, c_test])),

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def add_params_args(parser: argparse.ArgumentParser) -> None:
-    """The options every quality benchmark takes: params file, -S overrides, data, tokenizer, threads."""
+    """The options every quality benchmark takes: params file, profile overlay, -S overrides, data, tokenizer, threads."""
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="a profile overlay such as profiles/imdb.yaml (default: the profile.yaml beside --params)")
     parser.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="section.key=value")
     parser.add_argument("--data", type=Path, default=ROOT / "data" / "prepared")
     parser.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tokenizer" / "tokenizer.json")
@@ -55,21 +55,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_with_overrides(path: Path, overrides: dict[str, Any]) -> Params:
-    """The params file with {"section.key": value} overrides, validated by the one params reader."""
-    raw = yaml.safe_load(path.read_text()) or {}
-    for key, value in overrides.items():
-        node = raw
-        *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        yaml.safe_dump(raw, f)
-    try:
-        return load_params(f.name)
-    finally:
-        os.unlink(f.name)
+def load_with_overrides(path: Path, overrides: dict[str, Any], profile: Path | None = None) -> Params:
+    """The params file under its profile overlay (``profile``, or the ``profile.yaml`` beside it) with
+    {"section.key": value} overrides, validated by the one params reader."""
+    return load_params(path, profile, overrides)
 
 
 def scorers_by_reading(tok: Tokenizer, frames: list[pd.DataFrame]) -> Callable[[Any], list]:
@@ -155,8 +144,8 @@ def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
 
 def fit_tfidf_with_extra(params: Params, data: Path, train_df: pd.DataFrame, val_df: pd.DataFrame):
     """The ``baseline`` section's TF-IDF + LR fitted as the student's soft targets see it: the task's
-    training rows plus ``distill.ensemble.extra_task``'s labelled texts."""
-    fit_rows, extra = train_df, params.distill.ensemble.extra_task
+    training rows plus ``soft_targets.tfidf.extra_task``'s labelled texts."""
+    fit_rows, extra = train_df, params.soft_targets.tfidf.extra_task
     if extra != "none":
         fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(params.task, name=extra), "train")])
     baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)

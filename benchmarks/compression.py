@@ -40,7 +40,7 @@ import onnxruntime
 import torch
 
 from minibert.batching import pad_batch, sorted_batches
-from minibert.checkpoint import load_model, read_metadata
+from minibert.checkpoint import load_model, read_contract, read_metadata
 from minibert.classifiers import load_classifier
 from minibert.export import export_onnx, load_session, parity
 from minibert.model import SequenceClassifier, parameter_counts
@@ -52,7 +52,7 @@ from minibert.windows import document_windows
 from pipeline.metrics import classification_metrics, single_text_latency
 from pipeline.params import load_params
 from pipeline.splits import load_split
-from pipeline.task import encode_documents, text_logits
+from pipeline.task import encode_documents, reading, text_logits
 
 Texts = Callable[[list[str]], np.ndarray]  # raw texts -> (N, L) logits
 Windows = Callable[[torch.Tensor, torch.Tensor], object]  # (ids, mask) -> logits, pre-tokenized
@@ -100,7 +100,8 @@ def main() -> None:
     args = parser.parse_args()
     root = args.root
     params = load_params(root / "params.yaml")
-    task, student_task = params.task, params.student_task()  # a word_cnn student reads its own windows (cnn.max_length)
+    task = params.task  # the student reads through the windows its file records (a word-CNN's may be longer)
+    student_task = reading(task, read_contract(root / "models/distill/model.safetensors").windows)
     tok_path = root / "models/tokenizer/tokenizer.json"
     tok = load_tokenizer(tok_path)
     test = load_split(root / "data/prepared", task, "test")

@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, required=True, help="a fine-tuned classifier checkpoint")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     task = params.task
     tok = load_tokenizer(args.tokenizer)
     train, val, test = (load_split(args.data, task, split) for split in ("train", "val", "test"))

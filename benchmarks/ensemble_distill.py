@@ -3,10 +3,10 @@ with or without a transfer set of unlabelled sentences.
 
 On a finished pipeline run (``--root``: its prepared data, tokenizer, teacher and teacher logits),
 computes TF-IDF + LR's out-of-fold probabilities once (the ``baseline_oof`` stage's code, with
-params.yaml's ``baseline`` and ``distill.ensemble`` sections), then trains the ``distill`` stage's
+params.yaml's ``baseline`` and ``soft_targets.tfidf`` sections), then trains the ``distill`` stage's
 student for every (baseline share, seed) pair and scores it on the test split of record
 (``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
-teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``distill.transfer_set``
+teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``transfer_set``
 params, cut from the run's corpus: the ``transfer_set`` stage's code), scored once by the teacher and
 by TF-IDF fitted on every training text; 0 = the training rows only. ``--epochs`` lists distillation
 lengths (default: ``distill.epochs``). Prints tables of accuracies (the scored split, and validation:
@@ -36,11 +36,11 @@ from minibert.checkpoint import load_model
 from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.distillation import distill_transformer as distill
-from pipeline.distillation import soft_targets, with_transfer
+from pipeline.distillation import with_transfer
 from pipeline.io import read_table
 from pipeline.scoring import teacher_logits as score_teacher
 from pipeline.scoring import validation
-from pipeline.soft_targets import UNLABELLED, load_logits, log_probabilities
+from pipeline.soft_targets import UNLABELLED, combine, load_logits, log_probabilities
 from pipeline.splits import load_split
 from pipeline.task import encode_train_indexed
 from pipeline.tfidf import fold_jobs, out_of_fold
@@ -64,8 +64,8 @@ def main() -> None:
     parser.add_argument("--split", choices=["test", "val"], default="test")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
-    task, ensemble = params.task, params.distill.ensemble
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
+    task, ensemble = params.task, params.soft_targets.tfidf
     data = args.root / "data" / "prepared"
     tok = load_tokenizer(args.root / "models" / "tokenizer" / "tokenizer.json")
     train, val, scored = (load_split(data, task, s) for s in ("train", "val", args.split))
@@ -74,7 +74,7 @@ def main() -> None:
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
     texts = transfer_texts(read_table(data / CORPUS, ["text"])["text"].tolist(), labelled_texts(data),
-                           dataclasses.replace(params.distill.transfer_set, rows=max(args.transfer_rows)))
+                           dataclasses.replace(params.transfer_set, rows=max(args.transfer_rows)))
     start = time.perf_counter()
     oof, transfer_oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed,
                                     fold_jobs(ensemble.folds + 1), texts)
@@ -90,11 +90,11 @@ def main() -> None:
     oof_logp, transfer_oof_logp = log_probabilities(oof), log_probabilities(transfer_oof)  # the same for every arm
     for seed in args.seeds:
         for share, n, epochs in arms:
-            cfg = dataclasses.replace(params.distill, seed=seed, epochs=epochs,
-                                      ensemble=dataclasses.replace(ensemble, baseline_share=share))
-            targets = soft_targets(cfg, teacher_logits, oof_logp, text_index)
+            cfg = dataclasses.replace(params.distill, seed=seed, epochs=epochs)
+            shares = {"teacher": 1.0 - share, "tfidf": share}  # as the soft_targets stage mixes them
+            targets = combine(shares, {"teacher": teacher_logits, "tfidf": oof_logp[text_index]})
             keep = transfer_index < n  # the rows of the first n texts
-            extra_targets = soft_targets(cfg, transfer_teacher[keep], transfer_oof_logp, transfer_index[keep])
+            extra_targets = combine(shares, {"teacher": transfer_teacher[keep], "tfidf": transfer_oof_logp[transfer_index[keep]]})
             train_rows, all_targets = with_transfer((sequences, labels), targets,
                                                     [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
             student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
@@ -118,7 +118,7 @@ def main() -> None:
     record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
               "split": args.split, "ensemble": dataclasses.asdict(ensemble), "oof_seconds": oof_seconds,
               "distill": {"epochs": lengths, "time_budget_min": params.distill.time_budget_min},
-              "transfer_set": dataclasses.asdict(params.distill.transfer_set),
+              "transfer_set": dataclasses.asdict(params.transfer_set),
               "oof_accuracy": float((oof.argmax(axis=1) == train["label"].to_numpy()).mean()), "runs": rows}
     with open(ROOT / "benchmarks" / "results" / "ensemble_distill.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's GPU target in one command, for a device lease of a few minutes (benchmarks/README.md,
+# Issue 4's GPU target in one command, for a device lease of a few minutes (benchmarks/JOURNAL.md,
 # "SST-2 quality on one H200 GPU"): CUDA-vs-CPU parity first, then profiles/gpu.yaml's
 # pretraining and fine-tuning (benchmarks/quality.py, the teacher saved), then the word-CNN and
 # TF-IDF beside that teacher (benchmarks/cnn_ensemble.py, SST-2 dev of each model and mix).
@@ -24,13 +24,13 @@ export PYTHONUNBUFFERED=1
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || echo "no nvidia-smi"
 "$python" benchmarks/cuda_parity.py --out "$results/cuda_parity.json" || echo "cuda_parity: a bound broken (see above)"
-"$python" benchmarks/quality.py --params profiles/gpu.yaml --data "$data" --tokenizer "$tokenizer" --threads 8 \
+"$python" benchmarks/quality.py --profile profiles/gpu.yaml --data "$data" --tokenizer "$tokenizer" --threads 8 \
     --device "${DEVICE:-cuda}" --tag gpu-session --deadline $(( deadline - cnn_reserve_s )) \
     --calibrate-steps "${CALIBRATE_STEPS:-300}" \
     --save "$results/run/models/pretrain/model.safetensors" \
     --save-classifier "$results/run/models/finetune/model.safetensors" --out "$results/gpu_quality.json" "$@"
-"$python" benchmarks/cnn_ensemble.py --params profiles/gpu.yaml --data "$data" --tokenizer "$tokenizer" --threads 8 \
-    --root "$results/run" --seeds 0,1,2 -S distill.ensemble.baseline_share=0.333 -S distill.ensemble.cnn_share=0.333 \
+"$python" benchmarks/cnn_ensemble.py --profile profiles/gpu.yaml --data "$data" --tokenizer "$tokenizer" --threads 8 \
+    --root "$results/run" --seeds 0,1,2 -S soft_targets.shares.teacher=0.334 -S soft_targets.shares.tfidf=0.333 -S soft_targets.shares.word_cnn=0.333 \
     ${CNN_ARGS:-}
 tail -n 1 benchmarks/results/cnn_ensemble.jsonl > "$results/cnn_ensemble.json"
 echo "gpu_session: $(( $(date +%s) - start )) s in all"

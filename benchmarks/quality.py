@@ -15,7 +15,7 @@ allocated memory. ``--calibrate-steps N`` times N pretraining steps first and se
 ``--deadline`` (Unix seconds) shrinks the time budgets so the whole run ends before it.
 
     python benchmarks/quality.py --tag bf16-prenorm -S pretrain.precision=bf16 --scratch
-    python benchmarks/quality.py --params profiles/gpu.yaml --threads 8 --calibrate-steps 100 --out gpu.json
+    python benchmarks/quality.py --profile profiles/gpu.yaml --threads 8 --calibrate-steps 100 --out gpu.json
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
     record: dict = {"tag": args.tag, "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--mix", action="store_true", help="one phase on SST-2 + pseudo rows instead of two")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     cfg, task = params.finetune, params.task
     tok = load_tokenizer(args.tokenizer)
     train = encode_train(tok, load_split(args.data, task, "train"), task)

@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "val_vs_dev.jsonl")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    params = load_with_overrides(args.params, parse_overrides(args.overrides))
+    params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     data = TaskData(params, load_tokenizer(args.tokenizer), args.data, params.finetune.precision)  # encoded once
     print("| seed | val / test at each evaluation | best val at step | test there | test at the last | correlation |")
     print("|---|---|---|---|---|---|")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
@@ -20,6 +21,7 @@ from tokenizers import Tokenizer
 from torch import nn
 
 from minibert.config import ClassifierConfig, ModelConfig
+from minibert.contract import Contract, Windows
 from minibert.files import ArtifactError, atomic_output
 from minibert.model import MaskedLM, SequenceClassifier, build_classifier, build_mlm
 from minibert.tokenizer import vocabulary_digest
@@ -29,8 +31,10 @@ CONFIG_KEYS = {"model_config", "textcnn_config"}  # a header holds one: minibert
 
 
 def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str | os.PathLike[str],
-               head_cfg: ClassifierConfig | None = None, vocabulary: str | None = None) -> Path:
-    """Write weights + configs (+ the tokenizer's ``vocabulary_digest``) to ``path`` atomically."""
+               head_cfg: ClassifierConfig | None = None, vocabulary: str | None = None,
+               reads: tuple[Windows, Sequence[str]] | None = None) -> Path:
+    """Write weights + configs (+ the tokenizer's ``vocabulary_digest``, + a classifier's windows and label
+    names: its ``minibert.contract``) to ``path`` atomically."""
     kind = KINDS[type(model)]
     if kind == "classifier" and head_cfg is None:
         raise ValueError("saving a classifier needs its ClassifierConfig")
@@ -39,7 +43,14 @@ def save_model(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, path: str
         metadata["classifier_config"] = json.dumps(dataclasses.asdict(head_cfg))
     if vocabulary is not None:
         metadata["vocabulary_sha256"] = vocabulary
+    if reads is not None:
+        metadata |= Contract(kind, vocabulary, reads[0], tuple(reads[1])).metadata()
     return write_weights(model, path, metadata)
+
+
+def read_contract(path: str | os.PathLike[str]) -> Contract:
+    """A classifier checkpoint's contract (kind, vocabulary, windows, label names); ArtifactError if it has none."""
+    return Contract.from_metadata(_header(Path(path)), str(path))
 
 
 def write_weights(model: nn.Module, path: str | os.PathLike[str], metadata: dict[str, str]) -> Path:

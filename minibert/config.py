@@ -105,6 +105,7 @@ class ClassifierConfig:
 
 
 PRESETS: dict[str, ModelConfig] = {
+    "nano": ModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_positions=128),  # smoke runs, tests
     "tiny": ModelConfig(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512),
     "mini": ModelConfig(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024),
     "small": ModelConfig(hidden_size=512, num_layers=4, num_heads=8, intermediate_size=2048),

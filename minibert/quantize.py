@@ -121,7 +121,7 @@ def quantize_onnx_int8(
     reduce_range: 7-bit weights, for CPUs without VNNI whose int8 dot products can saturate.
     per_channel: one scale per output channel instead of per tensor (more accurate, larger).
     conv: Conv weights too (``ConvInteger``). Off by default: for the word-CNN student ORT's
-    ConvInteger took 0.88 ms p50 a sentence where the fp32 convolutions take 0.31 (benchmarks/README.md).
+    ConvInteger took 0.88 ms p50 a sentence where the fp32 convolutions take 0.31 (benchmarks/JOURNAL.md).
     Inputs and outputs keep the fp32 graph's names, shapes and dtypes.
     """
     if not Path(src).is_file():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,9 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from minibert.batching import batched_logits
+from minibert.contract import onnx_contract
 from minibert.export import DEVICES, OPTIMIZATION_LEVELS, load_session, onnx_logits
+from minibert.files import ArtifactError
 from minibert.tokenizer import CLS, PAD, SEP, encodable, load_tokenizer
 from minibert.validation import ConfigError, check_choice, check_types
 from minibert.windows import AGGREGATIONS, aggregate_windows, document_windows
@@ -36,11 +38,12 @@ if TYPE_CHECKING:  # annotations only
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    """How texts are read and how the session runs."""
+    """How texts are read and how the session runs. The windows default to the model's own: what its
+    file records (``minibert.contract``); set them only to read another way."""
 
-    max_length: int = 64  # tokens a window, [CLS] and [SEP] included
-    stride: int = 48  # window step for longer texts
-    aggregate: str = "mean"  # mean | max | first: window logits -> one row
+    max_length: int | None = None  # tokens a window, [CLS] and [SEP] included
+    stride: int | None = None  # window step for longer texts
+    aggregate: str | None = None  # mean | max | first: window logits -> one row
     batch_size: int = 32  # windows a session call
     threads: int = 0  # intra-op threads; 0 lets ONNX Runtime choose
     optimization: str = "all"  # key of minibert.export.OPTIMIZATION_LEVELS
@@ -48,15 +51,16 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        if self.max_length < 3:
+        if self.max_length is not None and self.max_length < 3:
             raise ConfigError(f"max_length: {self.max_length} must be >= 3 to hold [CLS] x [SEP]")
-        if not 0 < self.stride <= self.max_length - 2:
+        if self.max_length is not None and self.stride is not None and not 0 < self.stride <= self.max_length - 2:
             raise ConfigError(f"stride: {self.stride} must be in 1..{self.max_length - 2} (max_length - 2)")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size: {self.batch_size} must be >= 1")
         if self.threads < 0:
             raise ConfigError(f"threads: {self.threads} must be >= 0 (0 lets ONNX Runtime choose)")
-        check_choice(self.aggregate, AGGREGATIONS, "aggregate")
+        if self.aggregate is not None:
+            check_choice(self.aggregate, AGGREGATIONS, "aggregate")
         check_choice(self.optimization, OPTIMIZATION_LEVELS, "optimization")
         check_choice(self.device, DEVICES, "device")
 
@@ -73,6 +77,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=1, keepdims=True)
 
 
+def with_model_windows(cfg: RuntimeConfig, session: onnxruntime.InferenceSession) -> RuntimeConfig:
+    """``cfg`` with the windows it leaves unset taken from the model's contract (its ONNX metadata); a graph
+    without one needs ``max_length`` and ``stride`` given, and is read with ``aggregate`` mean unless told."""
+    if None not in (cfg.max_length, cfg.stride, cfg.aggregate):
+        return cfg
+    try:
+        windows = onnx_contract(session.get_modelmeta().custom_metadata_map, "the ONNX model").windows
+    except ArtifactError as err:
+        if cfg.max_length is None or cfg.stride is None:
+            raise ConfigError(f"{err}; or give max_length and stride in RuntimeConfig") from None
+        return replace(cfg, aggregate=cfg.aggregate or "mean")
+    return replace(cfg, max_length=cfg.max_length or windows.max_length, stride=cfg.stride or windows.stride,
+                   aggregate=cfg.aggregate or windows.aggregate)
+
+
 class TextClassifier:
     """A tokenizer and an ONNX classifier session behind ``predict(texts)``."""
 
@@ -87,6 +106,7 @@ class TextClassifier:
         if None in (self.cls_id, self.sep_id, self.pad_id):
             raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
         self.num_labels = int(session.get_outputs()[0].shape[-1])
+        self.cfg = with_model_windows(cfg, session)
 
     @classmethod
     def from_files(

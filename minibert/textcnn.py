@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,6 +37,7 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from minibert.checkpoint import write_weights
+from minibert.contract import Contract, Windows
 from minibert.files import ArtifactError
 from minibert.ngram_bag import NGramBag
 from minibert.validation import ConfigError, check_types
@@ -128,11 +129,15 @@ def bag_lr_scale(scale: float) -> Callable[[str], float]:
     return lambda name: scale if "bag" in name.split(".") else 1.0
 
 
-def save_textcnn(model: TextCNN, cfg: TextCNNConfig, path: str | os.PathLike[str], vocabulary: str | None = None) -> Path:
-    """Weights and config (+ the tokenizer's ``vocabulary_digest``) to ``path``, atomically."""
+def save_textcnn(model: TextCNN, cfg: TextCNNConfig, path: str | os.PathLike[str], vocabulary: str | None = None,
+                 reads: tuple[Windows, Sequence[str]] | None = None) -> Path:
+    """Weights and config (+ the tokenizer's ``vocabulary_digest``, + its windows and label names: its
+    ``minibert.contract``) to ``path``, atomically."""
     metadata = {"kind": "textcnn", "textcnn_config": json.dumps(dataclasses.asdict(cfg))}
     if vocabulary is not None:
         metadata["vocabulary_sha256"] = vocabulary
+    if reads is not None:
+        metadata |= Contract("textcnn", vocabulary, reads[0], tuple(reads[1])).metadata()
     return write_weights(model, path, metadata)
 
 

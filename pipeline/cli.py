@@ -43,22 +43,42 @@ def cmd_fetch_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def use_profile(name: str, params_file: Path = Path("params.yaml")) -> None:
-    """Validate ``profiles/<name>.yaml`` (or a path) and make it params.yaml, atomically."""
+PROFILE_HEADER = ("# The active profile: what it changes of params.yaml, section by section ({} = the defaults). Written by\n"
+                  "# `minibert pipeline --profile NAME` from profiles/NAME.yaml; each stage tracks the sections it reads.\n")
+
+
+def profile_text(overlay: dict, params_file: Path = Path("params.yaml")) -> str:
+    """profile.yaml's text: the overlay with every section of params.yaml present (empty where it changes
+    nothing), so that each stage can track exactly the sections it reads (DVC refuses a missing key)."""
+    import yaml
+
+    sections = yaml.safe_load(params_file.read_text()) or {}
+    padded = {name: overlay.get(name) or {} for name in sections}
+    return PROFILE_HEADER + yaml.safe_dump(padded, sort_keys=False, default_flow_style=None, width=110)
+
+
+def use_profile(name: str, profile_file: Path = Path("profile.yaml")) -> None:
+    """Make ``profiles/<name>.yaml`` (or a path) the active overlay, ``profile.yaml``, atomically, after
+    validating it over params.yaml; ``default`` clears it. params.yaml is never written."""
+    import yaml
+
     from pipeline.io import atomic_path
     from pipeline.params import load_params
 
-    source = Path(name) if name.endswith((".yaml", ".yml")) else Path("profiles") / f"{name}.yaml"
-    if not source.is_file():
-        known = sorted(p.stem for p in Path("profiles").glob("*.yaml"))
-        raise FileNotFoundError(f"profile {source} not found; known profiles: {known} (or pass a .yaml path)")
-    load_params(source)  # errors name the profile file and the key
-    text = source.read_text()
-    if params_file.is_file() and params_file.read_text() == text:
+    if name == "default":
+        source, text = None, profile_text({})
+    else:
+        source = Path(name) if name.endswith((".yaml", ".yml")) else Path("profiles") / f"{name}.yaml"
+        if not source.is_file():
+            known = sorted(p.stem for p in Path("profiles").glob("*.yaml"))
+            raise FileNotFoundError(f"profile {source} not found; known profiles: {['default', *known]} (or pass a .yaml path)")
+        load_params(profile=source)  # errors name the profile file and the key
+        text = profile_text(yaml.safe_load(source.read_text()) or {})
+    if profile_file.is_file() and profile_file.read_text() == text:
         return
-    with atomic_path(params_file) as tmp:
+    with atomic_path(profile_file) as tmp:
         tmp.write_text(text)
-    print(f"params.yaml <- {source} (git diff params.yaml shows the change; git checkout params.yaml restores the default)")
+    print(f"{profile_file} <- {source or 'the defaults'} (params.yaml unchanged; `--profile default` returns to the defaults)")
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
@@ -209,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run = sub.add_parser("pipeline", help="fetch data, then dvc repro under one MLflow parent run")
     run.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")
-    run.add_argument("--profile", help="make profiles/PROFILE.yaml (e.g. imdb, tiny) the params.yaml first")
+    run.add_argument("--profile", help="make profiles/PROFILE.yaml (e.g. imdb, tiny; default: none) the active overlay "
+                     "(profile.yaml) first; params.yaml is never written")
     run.set_defaults(func=cmd_pipeline)
     retrain = sub.add_parser("retrain", help="retrain once as a Prefect flow: fetch data, dvc repro, then the promotion gate")
     retrain.add_argument("--force", action="store_true", help="rerun every stage even if DVC finds it up to date")

@@ -10,10 +10,10 @@ and every later one shrink by one factor, so the run ends when the deadline come
     ahead    = untimed * (1 - share) / share       # the untimed work still to come, estimated
     scale    = (deadline - now - ahead) / (this loop's and later loops' planned budgets)
 
-``share`` (``deadline.untimed_share_before``) is the part of the work outside the training loops
-(data, tokenizer, PPMI vectors, scoring, export, evaluation, DVC and MLflow) done before the loop
-starts: stable across hosts (pretrain 0.14-0.23, distill 0.66-0.85 in eight default runs on two
-CPU kinds), so the work done so far measures the host. The scale stays within [floor, 1]: a budget
+``share`` (``SHARE_BEFORE``) is the part of the work outside the training loops (data, tokenizer,
+PPMI vectors, scoring, export, evaluation, DVC and MLflow) done before the loop starts: stable
+across hosts (measured on the default pipeline, ``benchmarks/JOURNAL.md``), so the work done so far
+measures the host. The scale stays within [floor, 1]: a budget
 never grows, and a deadline that cannot be met still leaves each loop ``floor`` of its budget.
 
 The plan travels as a JSON file named by ``MINIBERT_DEADLINE_FILE`` (the stages are ``dvc repro``'s
@@ -39,6 +39,9 @@ from pipeline.params import DeadlineParams, Params
 
 ENV = "MINIBERT_DEADLINE_FILE"
 PHASES = ("pretrain", "transfer", "finetune", "cnn", "distill")  # the budgeted loops, in pipeline order
+# Of the work outside the loops, the part done before each loop starts: the default pipeline's, measured
+# over its runs on three CPU kinds (benchmarks/JOURNAL.md); not a setting.
+SHARE_BEFORE = {"pretrain": 0.19, "transfer": 0.22, "finetune": 0.24, "cnn": 0.77, "distill": 0.87}
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,11 @@ def plan_for(params: Params, started: float) -> Plan | None:
         return None
     minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
                "distill": None if params.distill.time_budget_min is None else params.distill.time_budget_min * params.distill.soup,
-               "cnn": params.cnn.time_budget_min if params.distill.ensemble.cnn_share > 0 else None,
+               "cnn": params.cnn.time_budget_min if params.soft_targets.shares.word_cnn > 0 else None,
                "transfer": params.finetune.transfer.time_budget_min if params.finetune.transfer.task != "none" else None}
     return Plan(started=started, deadline=started + cfg.minutes * 60.0,
                 budgets={p: minutes[p] * 60.0 for p in PHASES if minutes[p] is not None},
-                share_before=asdict(cfg.untimed_share_before), floor=cfg.floor)
+                share_before=dict(SHARE_BEFORE), floor=cfg.floor)
 
 
 def read_plan(path: Path) -> Plan:

@@ -5,7 +5,7 @@ A transformer student (``distill_transformer``) starts from the teacher's layers
 + (1 - alpha) * CE, plus TinyBERT-style hidden-state and attention terms when their weights are
 above 0. A word-CNN student (``run_word_cnn``) is the ``cnn`` stage's model trained on further with
 the same loss; ``run_soup`` averages the weights of several such students of successive seeds
-(``minibert.soup``). ``soft_targets`` mixes the sources' logits into what the student learns.
+(``minibert.soup``). What they learn is the ``soft_targets`` stage's mix (``pipeline.soft_targets``).
 The ``distill`` stage runs these; benchmarks too.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -31,7 +30,6 @@ from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
 from pipeline.params import DistillParams
 from pipeline.scoring import Validation
-from pipeline.soft_targets import load_logits, mix_ensemble
 
 
 def distill_transformer(
@@ -59,11 +57,10 @@ def distill_transformer(
     return student, metrics
 
 
-def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
-                 targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
+def run_word_cnn(cfg: DistillParams, student: TextCNN, train: tuple[list[list[int]], np.ndarray], targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
                  phase: str | None = "distill") -> tuple[TextCNN, dict]:
     """``distill.student_kind: word_cnn``: the cnn stage's ``student`` trained on further on the soft targets
-    (its own logits among them at ``cnn_share``), with the same KD loss, loop and selection as ``run``;
+    (its own logits among them at ``soft_targets.word_cnn``), with the KD loss, loop and selection of ``distill_transformer``;
     its n-gram bag, if any, at ``bag_lr`` times the learning rate (``cnn.bag_lr_scale``). ``phase``: the
     deadline's loop (None: ``cfg.time_budget_min`` as it is, a soup member's share)."""
     torch.manual_seed(cfg.seed)
@@ -73,13 +70,12 @@ def run_word_cnn(cfg: DistillParams, student: TextCNN, teacher: SequenceClassifi
         lr_scale=bag_lr_scale(bag_lr),
     )
     student = distiller.student.eval()
-    teacher_non_embedding, (total, non_embedding) = parameter_counts(teacher)[1], parameter_counts(student)
-    metrics.update({"student_params": total, "student_non_embedding_params": non_embedding,
-                    "non_embedding_ratio": non_embedding / teacher_non_embedding, "tensors_from_teacher": 0})
+    total, non_embedding = parameter_counts(student)
+    metrics.update({"student_params": total, "student_non_embedding_params": non_embedding})
     return student, metrics
 
 
-def run_soup(cfg: DistillParams, cnn_model: Path, teacher: SequenceClassifier, train: tuple[list[list[int]], np.ndarray],
+def run_soup(cfg: DistillParams, cnn_model: Path, train: tuple[list[list[int]], np.ndarray],
              targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
              others_tracker: Tracker | None = None) -> tuple[TextCNN, TextCNNConfig, dict]:
     """``distill.soup`` word-CNN students, each from ``cnn_model`` with seed ``cfg.seed + i`` (its data order and
@@ -89,7 +85,7 @@ def run_soup(cfg: DistillParams, cnn_model: Path, teacher: SequenceClassifier, t
     Metrics: the soup's validation, each member's, and the members' training seconds summed."""
     cnn, cnn_cfg = load_textcnn(cnn_model)
     if cfg.soup == 1:
-        student, metrics = run_word_cnn(cfg, cnn, teacher, train, targets, val, tracker, bag_lr)
+        student, metrics = run_word_cnn(cfg, cnn, train, targets, val, tracker, bag_lr)
         return student, cnn_cfg, metrics
     budget, budget_metrics = budget_s("distill", None if cfg.time_budget_min is None else cfg.time_budget_min * cfg.soup)
     each = dataclasses.replace(cfg, time_budget_min=None if budget is None else budget / 60.0 / cfg.soup)
@@ -97,7 +93,7 @@ def run_soup(cfg: DistillParams, cnn_model: Path, teacher: SequenceClassifier, t
     members, runs = [], []
     for i in range(cfg.soup):
         start = cnn if i == 0 else copy.deepcopy(initial)
-        student, metrics = run_word_cnn(dataclasses.replace(each, seed=cfg.seed + i), start, teacher, train, targets, val,
+        student, metrics = run_word_cnn(dataclasses.replace(each, seed=cfg.seed + i), start, train, targets, val,
                                         tracker if i == 0 else PrefixedTracker(others_tracker or tracker, f"soup{i}_"), bag_lr,
                                         phase=None)
         members.append(student)
@@ -122,42 +118,6 @@ def loop_config(cfg: DistillParams, rows: int) -> ClassifierLoop:
 def kd_targets(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
     """(N, 1 + L) rows that travel through the loop as labels do: the label, then the soft-target logits."""
     return np.concatenate([labels[:, None].astype(np.float32), logits], axis=1)
-
-
-def soft_targets(cfg: DistillParams, teacher_logits: np.ndarray, baseline_logits: np.ndarray | None,
-                 text_index: np.ndarray, cnn_logits: np.ndarray | None = None) -> np.ndarray:
-    """The logits the student learns from: the teacher's, or (shares > 0) the teacher's probabilities
-    averaged with the baseline's out-of-fold ones, which are per text (``text_index``: each row's text),
-    and the word-CNN's, which are per row as the teacher's."""
-    ens = cfg.ensemble
-    others = []
-    if ens.baseline_share > 0:
-        others.append((baseline_logits[text_index], ens.baseline_share))
-    if ens.cnn_share > 0:
-        others.append((cnn_logits, ens.cnn_share))
-    return mix_ensemble(teacher_logits, others) if others else teacher_logits
-
-
-class Sources(NamedTuple):
-    """What ``soft_targets`` mixes, for one set of rows: the teacher's logits, TF-IDF's per text (None at
-    share 0) with each row's text index, the word-CNN's per row (None at share 0)."""
-
-    teacher: np.ndarray
-    baseline: np.ndarray | None
-    text_index: np.ndarray
-    cnn: np.ndarray | None
-
-
-def load_sources(shares: tuple[float, float], paths: tuple[Path, Path, Path], labels: np.ndarray,
-                 text_labels: np.ndarray, text_index: np.ndarray) -> Sources:
-    """The saved logits of ``teacher_logits``, ``baseline_oof`` and ``cnn`` (``paths``, in that order) for rows
-    with ``labels`` (TF-IDF's: texts with ``text_labels``); a member whose share (``shares``: TF-IDF's, the
-    CNN's) is 0 is not read."""
-    teacher = load_logits(paths[0], labels)
-    columns = teacher.shape[1]
-    baseline = None if shares[0] == 0 else load_logits(paths[1], text_labels, "baseline_oof", columns=columns)
-    cnn = None if shares[1] == 0 else load_logits(paths[2], labels, "cnn", columns=columns)
-    return Sources(teacher, baseline, text_index, cnn)
 
 
 def with_transfer(train: tuple[list[list[int]], np.ndarray], targets: np.ndarray,

@@ -21,6 +21,10 @@ from minibert.train_config import OptimConfig, PPMIConfig
 from minibert.validation import ConfigError, from_dict
 
 DEFAULT_PATH = Path("params.yaml")
+PROFILE_FILE = "profile.yaml"  # the active profile overlay beside params.yaml: `{}` runs the defaults
+FREE_FORM = {"model", "distill.student"}  # a preset plus any ModelConfig overrides
+FREE_FORM_PREFIXES = tuple(f"{section}." for section in FREE_FORM)
+TEMPLATED = {"pretrain.processes", "finetune.processes"}  # dvc.yaml's ${...}: params.yaml's value, never an overlay's
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ class BaselineParams:
 @dataclass(frozen=True)
 class CNNParams:
     """The word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors:
-    a third soft-target source for distillation (``distill.ensemble.cnn_share``); off at share 0."""
+    a soft-target source for distillation (``soft_targets.shares.word_cnn``); off at share 0."""
 
     seed: int = 0
     widths: tuple[int, ...] = (1, 2, 3, 4, 5)  # n-gram widths of the convolutions
@@ -220,22 +224,43 @@ class CNNParams:
 
 
 @dataclass(frozen=True)
-class EnsembleParams:
-    """Soft targets from the teacher averaged with TF-IDF + LR's out-of-fold probabilities (stage baseline_oof)."""
+class SharesParams:
+    """Each source's share of the averaged probabilities; they sum to 1, and a source at 0 computes nothing."""
 
-    baseline_share: float = 0.0  # the TF-IDF model's share of the averaged probabilities; 0 = the teacher alone
-    cnn_share: float = 0.0  # the word-CNN's (stage cnn); the teacher keeps 1 - baseline_share - cnn_share
+    teacher: float = 1.0  # the fine-tuned teacher (stage teacher_logits)
+    tfidf: float = 0.0  # TF-IDF + LR, out of fold (stage baseline_oof)
+    word_cnn: float = 0.0  # the word-level CNN (stage cnn)
+
+    def __post_init__(self) -> None:
+        check_ranges("soft_targets.shares", self, {"teacher": "[0, 1]", "tfidf": "[0, 1]", "word_cnn": "[0, 1]"})
+        if abs(self.teacher + self.tfidf + self.word_cnn - 1.0) > 1e-6:
+            raise ConfigError(f"soft_targets.shares.teacher: {self.teacher} + tfidf {self.tfidf} + word_cnn "
+                              f"{self.word_cnn} must sum to 1")
+
+    def of(self) -> dict[str, float]:
+        """Each source's share, in the order the average adds them."""
+        return {"teacher": self.teacher, "tfidf": self.tfidf, "word_cnn": self.word_cnn}
+
+
+@dataclass(frozen=True)
+class TfidfSourceParams:
+    """How the TF-IDF source scores the training texts out of fold (its model: the ``baseline`` section's)."""
+
     folds: int = 5  # each training text is scored by a TF-IDF model fitted on the other folds
     extra_task: Literal["none", "sst2", "imdb"] = "none"  # labelled texts every fold also fits on (never scored)
     seed: int = 0  # fold assignment
 
     def __post_init__(self) -> None:
-        check_ranges("distill.ensemble", self, {"baseline_share": "[0, 1]", "cnn_share": "[0, 1]"})
-        if self.baseline_share + self.cnn_share > 1.0:
-            raise ConfigError(f"distill.ensemble.cnn_share: {self.cnn_share} + baseline_share {self.baseline_share} "
-                              "exceed 1; the teacher's share is what they leave")
         if self.folds < 2:
-            raise ConfigError(f"distill.ensemble.folds: {self.folds} is out of range; expected >= 2 (out-of-fold needs two)")
+            raise ConfigError(f"soft_targets.tfidf.folds: {self.folds} is out of range; expected >= 2 (out-of-fold needs two)")
+
+
+@dataclass(frozen=True)
+class SoftTargetsParams:
+    """The one seam distillation reads (stage soft_targets): its sources and their shares."""
+
+    shares: SharesParams = field(default_factory=SharesParams)
+    tfidf: TfidfSourceParams = field(default_factory=TfidfSourceParams)
 
 
 @dataclass(frozen=True)
@@ -250,9 +275,9 @@ class TransferSetParams:
     seed: int = 0  # the order reviews are visited in
 
     def __post_init__(self) -> None:
-        check_ranges("distill.transfer_set", self, {"rows": ">= 0", "min_words": ">= 1"})
+        check_ranges("transfer_set", self, {"rows": ">= 0", "min_words": ">= 1"})
         if self.max_words < self.min_words:
-            raise ConfigError(f"distill.transfer_set.max_words: {self.max_words} is out of range; "
+            raise ConfigError(f"transfer_set.max_words: {self.max_words} is out of range; "
                               f"expected >= min_words ({self.min_words})")
 
 
@@ -272,8 +297,6 @@ class DistillParams:
     time_budget_min: float | None = None
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=3e-4, warmup_ratio=0.1))
     log_every: int = 25
-    ensemble: EnsembleParams = field(default_factory=EnsembleParams)
-    transfer_set: TransferSetParams = field(default_factory=TransferSetParams)
     # word_cnn students trained from the cnn stage's model with seeds seed .. seed + soup - 1, their weights
     # averaged (a uniform model soup, Wortsman et al. 2022); time_budget_min is each one's cap
     soup: int = 1
@@ -288,9 +311,6 @@ class DistillParams:
         for key in ("hidden_weight", "attention_weight"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"distill.{key}: {getattr(self, key)} must be >= 0 (0 = off)")
-        if self.student_kind == "word_cnn" and self.ensemble.cnn_share == 0:
-            raise ConfigError("distill.student_kind: 'word_cnn' starts from the cnn stage's model, which is trained only when "
-                              "distill.ensemble.cnn_share is above 0; raise that share or set student_kind: transformer")
         if self.soup > 1 and self.student_kind != "word_cnn":
             raise ConfigError(f"distill.soup: {self.soup} averages word_cnn students, which all start from the cnn stage's "
                               "model; a transformer student's layers start partly at random: set soup: 1 or student_kind: word_cnn")
@@ -304,7 +324,7 @@ class QuantizeParams:
     dtype: Literal["qint8"] = "qint8"  # dynamic int8: torch's Linear layers and ORT's MatMul / Attention
     reduce_range: bool = False  # 7-bit weights: ORT's advice for CPUs without VNNI (benchmarks/compression.py)
     per_channel: bool = False  # one scale per output channel instead of per tensor
-    conv: bool = False  # ORT int8 Conv weights too (ConvInteger): slower than fp32 convolutions here (benchmarks/README.md)
+    conv: bool = False  # ORT int8 Conv weights too (ConvInteger): slower than fp32 convolutions here (benchmarks/JOURNAL.md)
 
 
 @dataclass(frozen=True)
@@ -379,30 +399,17 @@ class PromoteParams:
 
 
 @dataclass(frozen=True)
-class UntimedShareParams:
-    """Of the work outside the training loops, the part done before each budgeted loop starts."""
-
-    pretrain: float = 0.20
-    transfer: float = 0.23
-    finetune: float = 0.25
-    cnn: float = 0.45
-    distill: float = 0.83
-
-    def __post_init__(self) -> None:
-        shares = [("pretrain", self.pretrain), ("transfer", self.transfer), ("finetune", self.finetune),
-                  ("cnn", self.cnn), ("distill", self.distill)]
-        check_ranges("deadline.untimed_share_before", self, {name: "(0, 1)" for name, _ in shares})
-        for (first, a), (then, b) in zip(shares, shares[1:], strict=False):
-            if b < a:
-                raise ConfigError(f"deadline.untimed_share_before.{then}: {b} is below {first}'s {a}; the shares "
-                                  "never decrease in pipeline order (pretrain, transfer, finetune, cnn, distill)")
+class BudgetsParams:
+    # time: each training loop stops at its time budget, and the budgets shrink together to end the run by
+    # ``deadline.minutes`` (outputs then depend on the host's speed); steps: no budgets and no deadline, every loop
+    # runs its steps or epochs (the same params give the same model on any host of a kind, in whatever time it takes)
+    mode: Literal["time", "steps"] = "time"
 
 
 @dataclass(frozen=True)
 class DeadlineParams:
     minutes: float | None = 30.0  # the whole run through `minibert pipeline` / the Prefect flow; None = off
     floor: float = 0.25  # the least share of its planned budget a training loop keeps
-    untimed_share_before: UntimedShareParams = field(default_factory=UntimedShareParams)
 
     def __post_init__(self) -> None:
         check_ranges("deadline", self, {"minutes": "> 0", "floor": "(0, 1]"})
@@ -424,6 +431,8 @@ class Params:
     finetune: FinetuneParams = field(default_factory=FinetuneParams)
     baseline: BaselineParams = field(default_factory=BaselineParams)
     cnn: CNNParams = field(default_factory=CNNParams)
+    transfer_set: TransferSetParams = field(default_factory=TransferSetParams)
+    soft_targets: SoftTargetsParams = field(default_factory=SoftTargetsParams)
     distill: DistillParams = field(default_factory=DistillParams)
     quantize: QuantizeParams = field(default_factory=QuantizeParams)
     export: ExportParams = field(default_factory=ExportParams)
@@ -431,6 +440,7 @@ class Params:
     report: ReportParams = field(default_factory=ReportParams)
     register: RegisterParams = field(default_factory=RegisterParams)
     promote: PromoteParams = field(default_factory=PromoteParams)
+    budgets: BudgetsParams = field(default_factory=BudgetsParams)
     deadline: DeadlineParams = field(default_factory=DeadlineParams)
     tracking: TrackingParams = field(default_factory=TrackingParams)
 
@@ -447,31 +457,72 @@ class Params:
             return self.task
         return dataclasses.replace(self.task, max_length=self.cnn.max_length, stride=self.cnn.stride)
 
-    def student_task(self) -> TaskParams:
-        """The task as the distilled (deployed) student reads it: a word_cnn student reads as the word-CNN."""
-        return self.cnn_task() if self.distill.student_kind == "word_cnn" else self.task
 
-
-def load_params(path: str | os.PathLike[str] | None = None) -> Params:
-    """Read and validate params.yaml (or ``path``); every error names the file and the key."""
-    path = Path(path or os.environ.get("MINIBERT_PARAMS", DEFAULT_PATH))
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: params file not found; run from the project root or set MINIBERT_PARAMS")
+def read_yaml(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def overlaid(base: dict[str, Any], overlay: dict[str, Any], where: Path, prefix: str = "") -> dict[str, Any]:
+    """``base`` with ``overlay``'s values in place of its own, section by section. An overlay only sets keys the
+    base has (``FREE_FORM`` sections, a model's preset and overrides, take any); a list is replaced whole."""
+    merged = dict(base)
+    for key, value in overlay.items():
+        dotted = f"{prefix}{key}"
+        if key not in base and prefix.rstrip(".") not in FREE_FORM:
+            raise ConfigError(f"{where}: {dotted} is not a key of params.yaml; an overlay sets keys params.yaml has "
+                              "(check the spelling, or add the key to params.yaml with its default)")
+        if dotted in TEMPLATED and value != base.get(key):
+            raise ConfigError(f"{where}: {dotted} is read by dvc.yaml's command templating, which sees params.yaml "
+                              "alone; set it in params.yaml")
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = overlaid(base[key], value, where, f"{dotted}.")
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_params(path: str | os.PathLike[str] | None = None, profile: str | os.PathLike[str] | None = None,
+                overrides: dict[str, Any] | None = None) -> Params:
+    """Read and validate params.yaml (or ``path``) under the active profile overlay: ``profile`` or, when
+    None, the ``profile.yaml`` beside it (``minibert pipeline --profile NAME`` writes it), then ``overrides``
+    ({"section.key": value}, as ``dvc exp run -S`` sets them); every error names the file and the key."""
+    path = Path(path or os.environ.get("MINIBERT_PARAMS", DEFAULT_PATH))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: params file not found; run from the project root or set MINIBERT_PARAMS")
+    raw = read_yaml(path)
+    overlay = Path(profile) if profile is not None else path.with_name(PROFILE_FILE)
+    if overlay.is_file() and overlay.resolve() != path.resolve():
+        raw = overlaid(raw, read_yaml(overlay), overlay)
+        under = f" (under the profile {overlay})"
+    else:
+        under = ""
+    if overrides:
+        raw = overlaid(raw, unflatten(overrides), Path("overrides"))
+    written = set(flatten(raw))
+    missing = sorted(k for k in flatten(Params()) if k not in written and not k.startswith(FREE_FORM_PREFIXES))
+    if missing:  # a dataclass default would decide it, where DVC cannot see it
+        raise ConfigError(f"{path}: missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; params.yaml holds "
+                          "every default (copy the key from the repository's params.yaml; a profile lists only what differs)")
     try:
         params = from_dict(Params, raw)
         for section, model in (("model", params.model), ("distill.student", params.distill.student)):
             if "vocab_size" in model:
                 raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
         for key, other in (("finetune.transfer.task", params.finetune.transfer.task),
-                           ("distill.ensemble.extra_task", params.distill.ensemble.extra_task),
+                           ("soft_targets.tfidf.extra_task", params.soft_targets.tfidf.extra_task),
                            ("cnn.extra_task", params.cnn.extra_task)):
             if other == params.task.name:
                 raise ConfigError(f"{key}: {other!r} is the profile's own task (task.name); "
                                   "choose another labelled task or 'none'")
+        if params.distill.student_kind == "word_cnn" and params.soft_targets.shares.word_cnn == 0:
+            raise ConfigError("distill.student_kind: 'word_cnn' starts from the cnn stage's model, which is trained only when "
+                              "soft_targets.shares.word_cnn is above 0; raise that share or set student_kind: transformer")
         if params.cnn.max_length is not None and params.task.truncation == "windows":
             raise ConfigError("cnn.max_length: with task.truncation 'windows' every window is a training row, and the "
                               "word-CNN's rows must be the teacher's; set cnn.max_length and cnn.stride to null")
@@ -487,8 +538,35 @@ def load_params(path: str | os.PathLike[str] | None = None) -> Params:
                 raise ConfigError(f"{key}: {length} tokens do not fit {section}'s max_positions ({cfg.max_positions}); "
                                   f"lower {key} or raise {section}.max_positions")
     except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    return params
+        raise ConfigError(f"{path}: {err}{under}") from None
+    return fixed_steps(params) if params.budgets.mode == "steps" else params
+
+
+def fixed_steps(params: Params) -> Params:
+    """``budgets.mode: steps``: the params with every time budget and the deadline off, so each loop runs
+    its steps or epochs whatever the host's speed."""
+    replace = dataclasses.replace
+    finetune = params.finetune
+    return replace(
+        params,
+        pretrain=replace(params.pretrain, time_budget_min=None),
+        finetune=replace(finetune, time_budget_min=None, transfer=replace(finetune.transfer, time_budget_min=None)),
+        cnn=replace(params.cnn, time_budget_min=None),
+        distill=replace(params.distill, time_budget_min=None),
+        deadline=replace(params.deadline, minutes=None),
+    )
+
+
+def unflatten(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b.c": value} as nested sections."""
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
 
 
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:

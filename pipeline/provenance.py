@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from minibert.validation import ConfigError
-from pipeline.params import Params, flatten
+from pipeline.params import PROFILE_FILE, Params, flatten
 
 # libyaml's loader when PyYAML has it: it reads dvc.lock in 12 ms instead of 120 ms, and every
 # stage reads it at start-up for its input digests.
@@ -106,8 +106,9 @@ def _dvc_stage(stage: str, root: Path) -> dict:
 
 def declared_params(stage: str, root: Path) -> tuple[str, ...]:
     """The params.yaml keys (sections or dotted keys) that ``stage`` declares in ``root/dvc.yaml``:
-    what DVC re-runs the stage for, and so what its MLflow run records. Entries naming another
-    params file (``- other.yaml: [...]``) are refused: the stages read params.yaml alone."""
+    what DVC re-runs the stage for, and so what its MLflow run records (the values under the active
+    profile overlay, ``profile.yaml``, whose sections each stage tracks too). Entries naming another params
+    file (``- other.yaml: [...]``) are refused: the stages read params.yaml and the overlay alone."""
     return _params_of(_dvc_stage(stage, root), stage, root)
 
 
@@ -116,6 +117,8 @@ def _params_of(entry_of_stage: dict, stage: str, root: Path) -> tuple[str, ...]:
     for entry in entry_of_stage.get("params") or []:
         if isinstance(entry, dict) and set(entry) == {"params.yaml"}:
             keys.extend(entry["params.yaml"] or [])
+        elif isinstance(entry, dict) and set(entry) == {PROFILE_FILE}:
+            continue  # the active overlay's sections: their values are already in the params read
         elif isinstance(entry, str):
             keys.append(entry)
         else:

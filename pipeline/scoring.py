@@ -11,6 +11,7 @@ import pandas as pd
 from tokenizers import Tokenizer
 from torch import nn
 
+from minibert.contract import Windows
 from minibert.inference import predict_logits, predict_windows
 from minibert.model import SequenceClassifier
 from minibert.tokenizer import CLS, SEP
@@ -30,7 +31,7 @@ class Validation(NamedTuple):
     tokens: int = 0  # tokens its windows hold: the final pass's time is kept back from the budget by them (trainer.fit)
 
 
-def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams, precision: str = "fp32") -> Validation:
+def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams | Windows, precision: str = "fp32") -> Validation:
     """(model -> logits on ``df`` through the task's sliding windows, labels, tokens the windows
     hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
     time budget run in bf16 too."""

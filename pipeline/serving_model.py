@@ -6,7 +6,8 @@ same reason it is the one module besides ``pipeline.tracking`` that imports mlfl
 ``PythonModel``): it cannot import the project's tracking module where it is served. It reads
 texts of any length as the evaluate stage does: sliding windows of ``max_length`` tokens every
 ``stride`` tokens (the rule of ``minibert.windows.sliding_windows``; tests/test_serving.py
-checks the two agree), window logits combined by ``aggregate`` (mean, max or first).
+checks the two agree), window logits combined by ``aggregate`` (mean, max or first): the windows the
+ONNX graph records in its metadata (``minibert.contract``), else ``model_config``'s.
 Input: a DataFrame with a ``text`` column (or a list of strings). Output: a DataFrame with
 ``label`` (0 negative, 1 positive) and ``probability`` (of the predicted label) per row.
 Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier).
@@ -14,6 +15,8 @@ model_config: ``max_length``, ``stride``, ``aggregate``, ``threads``.
 """
 
 from __future__ import annotations
+
+import json
 
 import mlflow
 import numpy as np
@@ -47,9 +50,6 @@ class SentimentModel(PythonModel):
         from tokenizers import Tokenizer
 
         config = context.model_config or {}
-        self.max_length = int(config.get("max_length", 64))
-        self.stride = int(config.get("stride", self.max_length - 2))
-        self.aggregate = AGGREGATE[config.get("aggregate", "mean")]
         self.tokenizer = Tokenizer.from_file(context.artifacts["tokenizer"])
         self.tokenizer.no_truncation()
         self.tokenizer.no_padding()
@@ -57,6 +57,12 @@ class SentimentModel(PythonModel):
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(config.get("threads", 0))
         self.session = ort.InferenceSession(context.artifacts["onnx"], options, providers=["CPUExecutionProvider"])
+        # the windows the graph records (minibert.contract), else model_config's
+        stamp = self.session.get_modelmeta().custom_metadata_map.get("minibert")
+        reads = {**config, **json.loads(json.loads(stamp)["windows"])} if stamp else config
+        self.max_length = int(reads.get("max_length", 64))
+        self.stride = int(reads.get("stride", self.max_length - 2))
+        self.aggregate = AGGREGATE[reads.get("aggregate", "mean")]
         self.inputs = {i.name for i in self.session.get_inputs()}
 
     def logits(self, texts: list[str]) -> np.ndarray:

@@ -1,21 +1,27 @@
-"""The soft targets distillation reads: cached (N, L) logit files, and the mix of several models' targets.
+"""Soft targets: each source's cached (N, L) logit file, their mix, and the one file distillation reads.
 
-``teacher_logits`` writes the fine-tuned teacher's logits on the training rows; ``baseline_oof``
-writes the TF-IDF model's out-of-fold log-probabilities on the training texts; ``cnn`` the
-word-CNN's logits on the training rows. Each file carries
-the labels of the rows it was computed on, so a file left stale by a data or task change is
-refused instead of silently misaligned. Torch-free: the TF-IDF stage never loads torch for it.
+The sources: ``teacher_logits`` writes the fine-tuned teacher's logits on the training rows and the
+transfer set; ``baseline_oof`` the TF-IDF model's out-of-fold log-probabilities on the training
+texts; ``cnn`` the word-CNN's logits on the training rows. Each file carries the labels of the
+rows it was computed on, so a file left stale by a data or task change is refused instead of
+silently misaligned. The ``soft_targets`` stage averages the sources' probabilities at their shares
+into ``SoftTargets`` (``save_soft_targets``): the seam every student learns through.
+Torch-free: the TF-IDF stage never loads torch for it.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from pipeline.io import DataError, atomic_path
+from pipeline.io import DataError, atomic_path, read_table, write_json, write_table
 
 PROB_FLOOR = 1e-6  # log(0) guard for probabilities that round to 0
 UNLABELLED = -1  # the label stored for rows of the transfer set, which have none
@@ -57,20 +63,96 @@ def mix_soft_targets(teacher_logits: np.ndarray, other_logits: np.ndarray, other
 
 def mix_ensemble(teacher_logits: np.ndarray, others: list[tuple[np.ndarray, float]]) -> np.ndarray:
     """Logits of the averaged distribution: each of ``others`` (logits, share) weighs its share, the
-    teacher what they leave.
+    teacher what they leave (``mix``)."""
+    total = sum(share for _, share in others)
+    if any(not 0.0 <= share <= 1.0 for _, share in others) or total > 1.0 + 1e-9:
+        raise ValueError(f"shares {[share for _, share in others]} must be in [0, 1] each and sum to at most 1")
+    return mix([(teacher_logits, 1.0 - total), *others])
+
+
+def mix(members: list[tuple[np.ndarray, float]]) -> np.ndarray:
+    """Logits of the distribution sum(share * softmax(logits)) over ``members`` (logits, share), in order.
 
     The average is taken over probabilities (an ensemble's prediction), then returned as
     log-probabilities so the KD loss can soften it with its temperature like any teacher's logits.
     """
-    total = sum(share for _, share in others)
-    if any(not 0.0 <= share <= 1.0 for _, share in others) or total > 1.0 + 1e-9:
-        raise ValueError(f"shares {[share for _, share in others]} must be in [0, 1] each and sum to at most 1")
-    probs = (1.0 - total) * _softmax(teacher_logits)
-    for logits, share in others:
-        if logits.shape != teacher_logits.shape:
-            raise ValueError(f"teacher logits {teacher_logits.shape} and other logits {logits.shape} differ in shape")
-        probs = probs + share * _softmax(logits)
+    if not members:
+        raise ValueError("nothing to mix: give at least one source")
+    first = members[0][0]
+    probs = None
+    for logits, share in members:
+        if logits.shape != first.shape:
+            raise ValueError(f"source logits {first.shape} and {logits.shape} differ in shape")
+        term = share * _softmax(logits)
+        probs = term if probs is None else probs + term
     return log_probabilities(probs).astype(np.float32)
+
+
+STAGES = {"teacher": "teacher_logits", "tfidf": "baseline_oof", "word_cnn": "cnn"}  # the stage that writes each source
+
+
+def source_logits(name: str, path: Path, labels: np.ndarray, text_labels: np.ndarray, text_index: np.ndarray) -> np.ndarray:
+    """A source's (rows, L) logits from ``path``: per row (teacher, word-CNN), or per text (TF-IDF) spread
+    to the rows through ``text_index``; checked against the rows' (or texts') labels."""
+    if name == "tfidf":
+        return load_logits(path, text_labels, STAGES[name])[text_index]
+    return load_logits(path, labels, STAGES[name])
+
+
+def combine(shares: dict[str, float], rows: dict[str, np.ndarray]) -> np.ndarray:
+    """The mix of the sources' ``rows`` logits (name -> logits, every source with a share) at their ``shares``
+    (``SharesParams.of``), added in that order; one source alone passes its logits through as they are."""
+    shares = {name: share for name, share in shares.items() if share > 0}
+    widths = {name: rows[name].shape[1] for name in shares}
+    if len(set(widths.values())) != 1:
+        raise DataError(f"the sources' label columns differ ({widths}); rerun their stages on the same data")
+    if len(shares) == 1:
+        return rows[next(iter(shares))].astype(np.float32)
+    return mix([(rows[name], share) for name, share in shares.items()])
+
+
+@dataclass(frozen=True)
+class SoftTargets:
+    """What a student learns: (N, L) target logits on the training rows (with their labels) and (M, L) on
+    the transfer set's rows (its texts cut as the training texts are: a row each, or a row a window), the
+    texts, and the manifest of where they came from."""
+
+    train: np.ndarray
+    labels: np.ndarray
+    transfer: np.ndarray
+    transfer_texts: list[str]
+    manifest: dict[str, Any]
+
+
+TARGETS, TRANSFER_TEXTS, MANIFEST = "targets.npz", "transfer.parquet", "manifest.json"
+
+
+def save_soft_targets(folder: Path, targets: SoftTargets) -> None:
+    """The targets, the transfer set's texts and the manifest under ``folder``; the manifest last."""
+    with atomic_path(folder / TARGETS) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, train=targets.train.astype(np.float32), labels=targets.labels.astype(np.int64),
+                     transfer=targets.transfer.astype(np.float32))
+    write_table(pd.DataFrame({"text": pd.Series(targets.transfer_texts, dtype=str)}), folder / TRANSFER_TEXTS)
+    write_json(targets.manifest, folder / MANIFEST)
+
+
+def load_soft_targets(folder: Path) -> SoftTargets:
+    """The ``soft_targets`` stage's output; DataError naming the file when it is missing or damaged."""
+    for name in (TARGETS, TRANSFER_TEXTS, MANIFEST):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{folder / name} not found; run `dvc repro soft_targets` first")
+    try:
+        with np.load(folder / TARGETS) as data:
+            train, labels, transfer = data["train"], data["labels"], data["transfer"]
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise DataError(f"{folder}: not a soft_targets folder ({err}); delete it and rerun `dvc repro soft_targets`") from err
+    texts = read_table(folder / TRANSFER_TEXTS, ["text"])["text"].astype(str).tolist()
+    if len(train) != len(labels) or train.shape[1:] != transfer.shape[1:]:
+        raise DataError(f"{folder}: {train.shape} training targets for {len(labels)} labels and {transfer.shape} transfer "
+                        "targets do not fit; rerun `dvc repro soft_targets`")
+    return SoftTargets(train, labels, transfer, texts, manifest)
 
 
 def average_at(shares: tuple[float, ...], probs: list[np.ndarray]) -> np.ndarray:

@@ -9,6 +9,7 @@ of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combine
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -16,11 +17,24 @@ import pandas as pd
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from minibert.contract import Windows
 from minibert.inference import chunk_document, encode, predict_documents
 from minibert.tokenizer import CLS, SEP
 from pipeline.params import TaskParams
 
 Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
+LABEL_NAMES = {"sst2": ("negative", "positive"), "imdb": ("negative", "positive")}  # class names, label order
+
+
+def reads(task: TaskParams) -> tuple[Windows, tuple[str, ...]]:
+    """How a model trained on ``task`` reads a text, and its class names: what its file records
+    (``minibert.contract``)."""
+    return Windows(task.max_length, task.stride, task.aggregate), LABEL_NAMES[task.name]
+
+
+def reading(task: TaskParams, windows: Windows) -> TaskParams:
+    """``task`` read through a model's own ``windows`` (its contract's): the word-CNN may read longer ones."""
+    return dataclasses.replace(task, max_length=windows.max_length, stride=windows.stride, aggregate=windows.aggregate)
 
 
 def encode_train(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> tuple[list[list[int]], np.ndarray]:
@@ -53,7 +67,7 @@ def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def document_logits(
-    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams, batch_size: int,
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows, batch_size: int,
     precision: str = "fp32",
 ) -> Callable[[list[list[int]]], np.ndarray]:
     """Encoded documents -> (N, L) logits through the task's sliding windows (``precision``: fp32 | bf16 | auto)."""
@@ -62,7 +76,7 @@ def document_logits(
                                           cls_id, sep_id, precision)
 
 
-def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams,
+def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows,
                 batch_size: int, precision: str = "fp32") -> Logits:
     """Raw texts -> (N, L) logits: tokenization included (what a user of the model pays)."""
     predict = document_logits(model, tok, task, batch_size, precision)

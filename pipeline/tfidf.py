@@ -24,7 +24,7 @@ from sklearn.utils.parallel import Parallel, delayed
 from minibert.files import ArtifactError
 from pipeline.io import DataError
 from pipeline.metrics import classification_metrics
-from pipeline.params import BaselineParams, EnsembleParams
+from pipeline.params import BaselineParams, TfidfSourceParams
 from pipeline.soft_targets import log_probabilities
 
 
@@ -67,7 +67,7 @@ def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | 
     num_labels = int(max(labels.max(), -1 if extra is None else extra["label"].max())) + 1
     smallest = np.bincount(labels, minlength=num_labels).min()
     if smallest < folds:
-        raise DataError(f"the training split has a label with {smallest} rows, fewer than distill.ensemble.folds "
+        raise DataError(f"the training split has a label with {smallest} rows, fewer than soft_targets.tfidf.folds "
                         f"({folds}); lower the folds or use more rows")
     extra = extra if extra is not None else train.iloc[:0]
     splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(train)), labels)
@@ -95,16 +95,16 @@ def fold_jobs(folds: int) -> int:
     return max(1, min(folds, os.cpu_count() or 1))
 
 
-def out_of_fold_logits(cfg: BaselineParams, ensemble: EnsembleParams, train: pd.DataFrame, extra: pd.DataFrame | None,
-                       jobs: int, unlabelled: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(N, L) out-of-fold log-probabilities, (M, L) on the ``unlabelled`` texts (L = 0 when the share
-    is 0) and the stage's metrics."""
-    if ensemble.baseline_share == 0:
+def out_of_fold_logits(cfg: BaselineParams, source: TfidfSourceParams, share: float, train: pd.DataFrame,
+                       extra: pd.DataFrame | None, jobs: int, unlabelled: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(N, L) out-of-fold log-probabilities, (M, L) on the ``unlabelled`` texts (L = 0 when TF-IDF's ``share``
+    is 0: nothing is fitted) and the stage's metrics."""
+    if share == 0:
         empty = np.zeros((len(train), 0), np.float32), np.zeros((len(unlabelled), 0), np.float32)
         return *empty, {"rows": len(train), "transfer_rows": len(unlabelled), "skipped": True}
     start = time.perf_counter()
-    probs, unlabelled_probs = out_of_fold(cfg, train, extra, ensemble.folds, ensemble.seed, jobs, unlabelled)
+    probs, unlabelled_probs = out_of_fold(cfg, train, extra, source.folds, source.seed, jobs, unlabelled)
     metrics = {f"oof_{k}": v for k, v in classification_metrics(train["label"].to_numpy(), probs).items()}
     return log_probabilities(probs), log_probabilities(unlabelled_probs), {
         **metrics, "rows": len(train), "extra_rows": 0 if extra is None else len(extra), "transfer_rows": len(unlabelled),
-        "folds": ensemble.folds, "seconds": time.perf_counter() - start, "skipped": False}
+        "folds": source.folds, "seconds": time.perf_counter() - start, "skipped": False}

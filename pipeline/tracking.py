@@ -81,7 +81,7 @@ class MlflowTracker:
     def log_dataset(self, df: Any, name: str, source: str | os.PathLike[str], context: str, targets: str | None = "label") -> None:
         """Record a pandas table as an MLflow dataset input (name, digest, schema, source).
 
-        MLflow cannot digest a table without rows (an empty transfer set, ``distill.transfer_set.rows:
+        MLflow cannot digest a table without rows (an empty transfer set, ``transfer_set.rows:
         0``), so an empty one gets a digest of its column names and is still recorded, with 0 rows.
         """
         digest = None if len(df) else hashlib.md5(("empty:" + ",".join(map(str, df.columns))).encode()).hexdigest()[:8]

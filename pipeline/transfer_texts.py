@@ -1,6 +1,6 @@
 """The distillation transfer set: unlabelled texts cut from the pretraining corpus (pure functions).
 
-The student learns the teacher's (and, with ``distill.ensemble``, TF-IDF's) soft targets on these
+The student learns the soft targets (stage ``soft_targets``) on these
 texts as well as on the labelled training rows: the transfer set of Hinton et al. (2015), with
 the in-domain unlabelled IMDb reviews as its source. A ``sentence`` unit cuts reviews into
 sentences, the length of SST-2's rows; ``document`` keeps whole reviews. Texts of any labelled

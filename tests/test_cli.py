@@ -2,6 +2,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from minibert.config import PRESETS
 from pipeline.cli import count_parameters, main
@@ -24,7 +25,8 @@ def test_presets_command_prints_every_preset(capsys: pytest.CaptureFixture[str])
     assert [r.split()[0] for r in rows] == list(PRESETS)
 
 
-def test_profile_becomes_params_yaml_only_when_valid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_profile_becomes_the_active_overlay_only_when_valid_and_params_yaml_is_never_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from minibert.validation import ConfigError
     from pipeline.cli import use_profile
     from pipeline.params import load_params
@@ -34,16 +36,20 @@ def test_profile_becomes_params_yaml_only_when_valid(tmp_path: Path, monkeypatch
     (tmp_path / "profiles").mkdir()
     shutil.copy(root / "profiles" / "imdb.yaml", tmp_path / "profiles" / "imdb.yaml")
     (tmp_path / "profiles" / "broken.yaml").write_text("task:\n  nmae: imdb\n")
-    (tmp_path / "params.yaml").write_text("task:\n  name: sst2\n")
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    defaults = (tmp_path / "params.yaml").read_text()
     use_profile("imdb")
-    assert load_params("params.yaml").task.name == "imdb"
-    before = (tmp_path / "params.yaml").read_text()
-    with pytest.raises(ConfigError, match=r"broken\.yaml.*task\.nmae"):
+    assert load_params("params.yaml").task.name == "imdb" and load_params("params.yaml").cnn.max_length == 512
+    overlay = (tmp_path / "profile.yaml").read_text()
+    with pytest.raises(ConfigError, match=r"broken\.yaml: task\.nmae is not a key of params\.yaml"):
         use_profile("broken")
-    with pytest.raises(FileNotFoundError, match=r"known profiles: \['broken', 'imdb'\]"):
+    with pytest.raises(FileNotFoundError, match=r"known profiles: \['default', 'broken', 'imdb'\]"):
         use_profile("nope")
-    assert (tmp_path / "params.yaml").read_text() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profiles"], "no temp files left"
+    assert (tmp_path / "profile.yaml").read_text() == overlay, "a refused profile leaves the active one"
+    use_profile("default")
+    assert load_params("params.yaml").task.name == "sst2" and not any(yaml.safe_load((tmp_path / "profile.yaml").read_text()).values())
+    assert (tmp_path / "params.yaml").read_text() == defaults, "params.yaml is never written"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profile.yaml", "profiles"], "no temp files left"
 
 
 def test_schedule_refuses_a_bad_cron_a_bad_zone_and_a_missing_server(capsys: pytest.CaptureFixture[str]) -> None:

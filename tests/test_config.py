@@ -58,7 +58,7 @@ def test_unknown_choice_lists_the_valid_ones(key: str, value: str) -> None:
 
 
 def test_unknown_preset_is_rejected() -> None:
-    with pytest.raises(ConfigError, match=r"preset: 'huge' is not one of \['tiny', 'mini', 'small', 'base'\]"):
+    with pytest.raises(ConfigError, match=r"preset: 'huge' is not one of \['nano', 'tiny', 'mini', 'small', 'base'\]"):
         ModelConfig.preset("huge")
 
 

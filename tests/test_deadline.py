@@ -11,7 +11,18 @@ from pathlib import Path
 import pytest
 
 from minibert.validation import ConfigError
-from pipeline.deadline import ENV, PHASES, Plan, allot, budget_s, pipeline_deadline, plan_for, read_plan, record_trained
+from pipeline.deadline import (
+    ENV,
+    PHASES,
+    SHARE_BEFORE,
+    Plan,
+    allot,
+    budget_s,
+    pipeline_deadline,
+    plan_for,
+    read_plan,
+    record_trained,
+)
 from pipeline.io import StageError
 from pipeline.params import Params, load_params
 
@@ -90,12 +101,13 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
                            "cnn": params.cnn.time_budget_min * 60.0,
                            "distill": params.distill.time_budget_min * params.distill.soup * 60.0}  # each soup member's cap
     assert params.distill.soup > 1, "the default distils a soup: its members' caps add up"
-    assert got.share_before == dataclasses.asdict(params.deadline.untimed_share_before)
+    assert got.share_before == SHARE_BEFORE
     no_transfer = dataclasses.replace(params, finetune=dataclasses.replace(
         params.finetune, transfer=dataclasses.replace(params.finetune.transfer, task="none")))
     assert "transfer" not in plan_for(no_transfer, 0.0).budgets
     no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
-        params.distill, student_kind="transformer", soup=1, ensemble=dataclasses.replace(params.distill.ensemble, cnn_share=0.0)))
+        params.distill, student_kind="transformer", soup=1), soft_targets=dataclasses.replace(
+        params.soft_targets, shares=dataclasses.replace(params.soft_targets.shares, teacher=0.667, word_cnn=0.0)))
     assert "cnn" not in plan_for(no_cnn, 0.0).budgets  # its stage trains nothing: no time reserved for it
     assert plan_for(no_cnn, 0.0).budgets["distill"] == params.distill.time_budget_min * 60.0
     off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
@@ -167,7 +179,6 @@ def test_the_deadline_section_is_checked() -> None:
     for bad in ({"minutes": 0}, {"minutes": -5}, {"floor": 0}, {"floor": 1.5}):
         with pytest.raises(ConfigError, match=f"deadline.{next(iter(bad))}"):
             from_dict(Params, {"deadline": bad})
-    with pytest.raises(ConfigError, match="deadline.untimed_share_before.finetune: 0.1 is below transfer's"):
+    with pytest.raises(ConfigError, match="deadline.untimed_share_before"):  # measured, not a setting
         from_dict(Params, {"deadline": {"untimed_share_before": {"finetune": 0.1}}})
-    with pytest.raises(ConfigError, match="deadline.untimed_share_before.distill"):
-        from_dict(Params, {"deadline": {"untimed_share_before": {"distill": 1.0}}})
+    assert all(0 < SHARE_BEFORE[p] < 1 for p in PHASES) and list(SHARE_BEFORE.values()) == sorted(SHARE_BEFORE.values())

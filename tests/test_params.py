@@ -12,7 +12,8 @@ from minibert.validation import ConfigError
 from pipeline.params import Params, flatten, load_params
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = [ROOT / "params.yaml", ROOT / "profiles" / "tiny.yaml", ROOT / "profiles" / "imdb.yaml", ROOT / "profiles" / "gpu.yaml"]
+PROFILES = [ROOT / "profiles" / "tiny.yaml", ROOT / "profiles" / "imdb.yaml", ROOT / "profiles" / "gpu.yaml"]
+FREE_FORM = ("model.", "distill.student.")  # a preset plus overrides: its keys are the file's, not the dataclass's
 
 
 def write(tmp_path: Path, data: dict) -> Path:
@@ -25,15 +26,41 @@ def base() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
-@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
-def test_profiles_load_and_spell_out_every_key(path: Path) -> None:
-    params = load_params(path)
-    raw = yaml.safe_load(path.read_text())
-    # Every dataclass field is written in the file, so DVC tracks every value a stage reads.
-    expected = {k for k in flatten(Params()) if not k.startswith(("model.", "distill.student."))}
-    written = {k for k in flatten(raw) if not k.startswith(("model.", "distill.student."))}
+def test_params_yaml_spells_out_every_default() -> None:
+    """The one set of defaults: every dataclass field is written in params.yaml, so DVC tracks every value a
+    stage reads (a default living only in a dataclass would change results without changing a tracked param)."""
+    expected = {k for k in flatten(Params()) if not k.startswith(FREE_FORM)}
+    written = {k for k in flatten(base()) if not k.startswith(FREE_FORM)}
     assert expected == written
+    overlay = yaml.safe_load((ROOT / "profile.yaml").read_text())
+    assert list(overlay) == list(base()) and not any(overlay.values()), "the committed overlay runs the defaults"
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)
+def test_profiles_are_short_overlays_of_what_differs(path: Path) -> None:
+    params = load_params(ROOT / "params.yaml", profile=path)
+    overlay, defaults = flatten(yaml.safe_load(path.read_text())), flatten(base())
+    same = sorted(k for k, v in overlay.items() if defaults.get(k, object()) == v)
+    assert not same, f"profiles/{path.name} repeats defaults: {same}"
+    assert len(overlay) <= 50, f"profiles/{path.name}: {len(overlay)} keys; an overlay lists only what differs"
     assert params.model_config(vocab_size=1000).vocab_size == 1000
+    for key, value in overlay.items():
+        assert flatten(params).get(key, value) == value or key.startswith(FREE_FORM), key
+
+
+def test_an_overlay_sets_only_keys_params_yaml_has(tmp_path: Path) -> None:
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    (tmp_path / "profile.yaml").write_text("finetune: {epochs: 3.0}\nmodel: {num_layers: 2}\n")
+    params = load_params(tmp_path / "params.yaml")  # the overlay beside it is the active one
+    assert params.finetune.epochs == 3.0 and params.model_config(1000).num_layers == 2
+    assert params.finetune.batch_size == base()["finetune"]["batch_size"], "what the overlay leaves is the default"
+    (tmp_path / "profile.yaml").write_text("finetune: {epochz: 3.0}\n")
+    with pytest.raises(ConfigError, match=r"profile\.yaml: finetune\.epochz is not a key of params\.yaml"):
+        load_params(tmp_path / "params.yaml")
+    (tmp_path / "profile.yaml").write_text("pretrain: {processes: 2}\n")
+    with pytest.raises(ConfigError, match=r"pretrain\.processes is read by dvc\.yaml's command templating"):
+        load_params(tmp_path / "params.yaml")
+    assert load_params(tmp_path / "params.yaml", overrides={"finetune.epochs": 4.0}, profile=tmp_path / "none.yaml").finetune.epochs == 4.0
 
 
 # What each profile promises to share with the default (its header comment), so DVC reuses the
@@ -46,14 +73,13 @@ SHARED_WITH_DEFAULT = {
 
 @pytest.mark.parametrize("name", sorted(SHARED_WITH_DEFAULT))
 def test_profiles_share_the_default_upstream_sections(name: str) -> None:
-    default = yaml.safe_load((ROOT / "params.yaml").read_text())
     profile = yaml.safe_load((ROOT / "profiles" / name).read_text())
     for section in SHARED_WITH_DEFAULT[name]:
-        assert profile[section] == default[section], f"profiles/{name}: section {section!r} differs from params.yaml"
+        assert section not in profile, f"profiles/{name}: section {section!r} differs from params.yaml"
 
 
 def test_tiny_profile_is_tiny() -> None:
-    params = load_params(PROFILES[1])
+    params = load_params(ROOT / "params.yaml", profile=PROFILES[0])
     cfg = params.model_config(vocab_size=600)
     assert cfg.num_layers == 1 and params.prepare.max_train_rows <= 500
 
@@ -111,9 +137,13 @@ def test_dvc_yaml_params_name_real_keys() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     keys = set(flatten(base()))
     sections = {".".join(k.split(".")[:depth]) for k in keys for depth in range(1, k.count(".") + 1)}
-    assert "distill.ensemble" in sections and "distill.ensemble.folds" not in sections
+    assert "distill.student" in sections and "soft_targets.shares" in sections and "soft_targets.shares.tfidf" not in sections
     for name, stage in stages.items():
-        for entry in stage.get("params", []):
+        entries = stage.get("params", [])
+        own = [e for e in entries if isinstance(e, str)]
+        # the active profile's changes to the same sections: tracked so a profile reruns what it changes, and no more
+        assert {"profile.yaml": list(dict.fromkeys(e.split(".")[0] for e in own))} in entries, name
+        for entry in own:
             assert entry in sections or entry in keys, f"stage {name} declares unknown param {entry}"
 
 
@@ -163,7 +193,7 @@ def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
 def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
     raw = base()
     raw["task"]["name"] = "imdb"
-    raw["distill"]["ensemble"]["extra_task"] = "none"
+    raw["soft_targets"]["tfidf"]["extra_task"] = "none"
     raw["cnn"]["extra_task"] = "none"
     raw["finetune"]["transfer"]["task"] = "imdb"
     with pytest.raises(ConfigError, match=r"finetune\.transfer\.task: 'imdb' is the profile's own task"):
@@ -175,11 +205,21 @@ def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None
         load_params(write(tmp_path, raw))
 
 
-def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
+def test_a_word_cnn_student_needs_the_word_cnn_trained(tmp_path: Path) -> None:
+    raw = base()
+    raw["soft_targets"]["shares"].update(teacher=0.667, word_cnn=0.0)
+    with pytest.raises(ConfigError, match=r"distill\.student_kind: 'word_cnn' starts from the cnn stage's model, which is "
+                                          r"trained only when soft_targets\.shares\.word_cnn is above 0"):
+        load_params(write(tmp_path, raw))
+    raw["distill"].update(student_kind="transformer", soup=1)
+    assert load_params(write(tmp_path, raw)).soft_targets.shares.word_cnn == 0.0
+
+
+def test_tfidf_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
     raw = base()  # sst2 with extra_task imdb: fine
-    assert load_params(write(tmp_path, raw)).distill.ensemble.extra_task == "imdb"
-    raw["distill"]["ensemble"]["extra_task"] = "sst2"
-    with pytest.raises(ConfigError, match=r"distill\.ensemble\.extra_task: 'sst2' is the profile's own task"):
+    assert load_params(write(tmp_path, raw)).soft_targets.tfidf.extra_task == "imdb"
+    raw["soft_targets"]["tfidf"]["extra_task"] = "sst2"
+    with pytest.raises(ConfigError, match=r"soft_targets\.tfidf\.extra_task: 'sst2' is the profile's own task"):
         load_params(write(tmp_path, raw))
     raw = base()
     assert load_params(write(tmp_path, raw)).cnn.extra_task == "imdb"
@@ -193,20 +233,19 @@ def test_ensemble_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -
     ("distill", "hidden_weight", -1.0, r"distill\.hidden_weight: -1\.0 must be >= 0"),
     ("distill", "alpha", 1.5, r"distill\.alpha: 1\.5 is out of range; expected \[0, 1\]"),
     ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
-    ("distill.ensemble", "baseline_share", 1.2, r"distill\.ensemble\.baseline_share: 1\.2 is out of range; expected in \[0, 1\]"),
-    ("distill.ensemble", "folds", 1, r"distill\.ensemble\.folds: 1 is out of range; expected >= 2"),
-    ("distill.ensemble", "cnn_share", 0.8, r"distill\.ensemble\.cnn_share: 0\.8 \+ baseline_share 0\.333 exceed 1"),
-    ("distill.ensemble", "cnn_share", 0.0, r"distill\.student_kind: 'word_cnn' starts from the cnn stage's model, which is "
-                                           r"trained only when distill\.ensemble\.cnn_share is above 0"),
+    ("soft_targets.shares", "tfidf", 1.2, r"soft_targets\.shares\.tfidf: 1\.2 is out of range; expected in \[0, 1\]"),
+    ("soft_targets.tfidf", "folds", 1, r"soft_targets\.tfidf\.folds: 1 is out of range; expected >= 2"),
+    ("soft_targets.shares", "word_cnn", 0.8, r"soft_targets\.shares\.teacher: 0\.334 \+ tfidf 0\.333 \+ word_cnn 0\.8 must sum to 1"),
+    ("soft_targets.shares", "word_cnn", 0.0, r"soft_targets\.shares\.teacher: .* must sum to 1"),
     ("distill", "attention_weight", 1.0, r"distill\.hidden_weight / attention_weight: a word_cnn student has no layers"),
     ("distill", "soup", 0, r"distill\.soup: 0 is out of range; expected >= 1"),
     ("distill", "student_kind", "transformer", r"distill\.soup: 3 averages word_cnn students, which all start from the cnn "),
     ("cnn", "widths", [], r"cnn\.widths: \[\] is out of range; expected one or more widths"),
     ("cnn", "extra_max_length", 2, r"cnn\.extra_max_length: 2 is out of range; expected >= 3"),
     ("cnn", "dropout", 1.0, r"cnn\.dropout: 1\.0 is out of range; expected in \[0, 1\)"),
-    ("distill.transfer_set", "rows", -1, r"distill\.transfer_set\.rows: -1 is out of range; expected >= 0"),
-    ("distill.transfer_set", "max_words", 3, r"distill\.transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
-    ("distill.transfer_set", "unit", "paragraph", r"distill\.transfer_set\.unit"),
+    ("transfer_set", "rows", -1, r"transfer_set\.rows: -1 is out of range; expected >= 0"),
+    ("transfer_set", "max_words", 3, r"transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
+    ("transfer_set", "unit", "paragraph", r"transfer_set\.unit"),
     ("prepare", "val_fraction", 1.0, r"prepare\.val_fraction: 1\.0 is out of range; expected in \(0, 1\)"),
     ("prepare", "max_train_rows", 0, r"prepare\.max_train_rows: 0 is out of range; expected >= 1"),
 ])
@@ -222,8 +261,7 @@ def test_out_of_range_values_name_the_key(tmp_path: Path, section: str, key: str
 
 # Params methods a stage may call, and the part of params.yaml each reads.
 PARAMS_METHODS = {"model_config": ("model",), "student_config": ("distill.student",),
-                  "cnn_task": ("task", "cnn.max_length", "cnn.stride"),
-                  "student_task": ("task", "distill.student_kind", "cnn.max_length", "cnn.stride")}
+                  "cnn_task": ("task", "cnn.max_length", "cnn.stride")}
 
 
 def params_reads(module: str) -> tuple[set[str], set[str], list[str]]:
@@ -285,16 +323,12 @@ def params_reads(module: str) -> tuple[set[str], set[str], list[str]]:
 def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
     """A stage reading a key dvc.yaml does not declare would not rerun when that key changes (and its
     MLflow run, which records the declared keys, would not show it)."""
-    from pipeline.model_card import CARD_SECTIONS
-
     # what the helpers a stage hands `params` to read: stage_run and resume_fingerprint read the declared keys
-    whole = {"stage_run": (), "resume_fingerprint": (), "card_blocks": (*CARD_SECTIONS, "register")}
-    card_reads, _, _ = params_reads("model_card")
-    assert {key.split(".")[0] for key in card_reads} <= set(whole["card_blocks"]), card_reads
+    whole = {"stage_run": (), "resume_fingerprint": ()}
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert params_reads("stages/distill")[0] >= {"task", "distill", "distill.student", "distill.ensemble.baseline_share"}
+    assert params_reads("stages/distill")[0] >= {"task", "distill", "distill.student", "cnn.bag_lr_scale"}
     for name, stage in stages.items():
-        declared = stage.get("params", [])
+        declared = [d for d in stage.get("params", []) if isinstance(d, str)]
         reads, handed, loose = params_reads(f"stages/{name}")
         assert not loose, f"stage {name!r} uses params where this check cannot follow it: {loose}; read params.<key> directly"
         unknown = handed - set(whole)
@@ -303,6 +337,23 @@ def test_dvc_yaml_declares_every_param_a_stage_reads() -> None:
         assert "" not in reads, f"stage {name!r} reads params as a whole"
         missing = {key for key in reads if not any(key == d or key.startswith(f"{d}.") for d in declared)}
         assert not missing, f"dvc.yaml stage {name!r} reads {sorted(missing)} without declaring them under params:"
+        # budgets.mode: load_params applies it to the time budgets of the sections a training stage reads
+        implied = {"budgets.mode"} if any(k in reads for k in ("pretrain", "finetune", "cnn", "distill")) else set()
+        unread = {d for d in declared if not any(k == d or k.startswith(f"{d}.") or d.startswith(f"{k}.") for k in reads)}
+        unread -= implied
+        assert not unread, f"dvc.yaml stage {name!r} declares {sorted(unread)}, which it does not read"
+
+
+def test_what_the_student_reads_comes_through_the_artifacts() -> None:
+    """The seam: distill reads data, tokenizer, the soft targets and its starting weights (five deps besides
+    code); the stages after it read how the student reads texts from its file, so none declares cnn.*."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    inputs = [d for d in stages["distill"]["deps"] if not d.startswith(("pipeline/", "minibert"))]
+    assert len(inputs) <= 5 and "models/soft_targets" in inputs, inputs
+    assert not [d for d in inputs if d.startswith(("models/teacher_logits", "models/baseline_oof", "data/transfer"))]
+    for name in ("export", "quantize", "evaluate", "register"):
+        declared = [d for d in stages[name]["params"] if isinstance(d, str)]
+        assert not [d for d in declared if d.startswith(("cnn", "distill"))], (name, declared)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -321,18 +372,16 @@ def test_sequence_lengths_must_fit_the_position_tables(tmp_path: Path, edit, mes
         load_params(write(tmp_path, raw))
 
 
-def test_the_word_cnn_reads_its_own_windows_and_a_word_cnn_student_keeps_them(tmp_path: Path) -> None:
+def test_the_word_cnn_reads_its_own_windows(tmp_path: Path) -> None:
     raw = base()
     params = load_params(write(tmp_path, raw))
-    assert params.cnn_task() == params.task == params.student_task(), "null: the task's windows"
+    assert params.cnn_task() == params.task, "null: the task's windows"
     raw["cnn"]["max_length"], raw["cnn"]["stride"] = 512, 448
     raw["distill"]["student_kind"] = "word_cnn"
     params = load_params(write(tmp_path, raw))
     assert (params.cnn_task().max_length, params.cnn_task().stride) == (512, 448)
-    assert params.student_task() == params.cnn_task() and params.cnn_task().name == params.task.name
+    assert params.cnn_task().name == params.task.name
     assert params.task.max_length == base()["task"]["max_length"], "the encoder's windows stay"
-    raw["distill"].update(student_kind="transformer", hidden_weight=0, attention_weight=0, soup=1)
-    assert load_params(write(tmp_path, raw)).student_task() == load_params(write(tmp_path, raw)).task
     raw["cnn"]["stride"] = None
     with pytest.raises(ConfigError, match="cnn.max_length and cnn.stride: set both"):
         load_params(write(tmp_path, raw))
@@ -345,3 +394,33 @@ def test_the_word_cnn_reads_its_own_windows_and_a_word_cnn_student_keeps_them(tm
     raw["task"]["truncation"], raw["cnn"]["bag_buckets"] = "head", 2**24 + 1
     with pytest.raises(ConfigError, match=r"cnn\.bag_buckets: 16777217 is out of range"):
         load_params(write(tmp_path, raw))
+
+
+def test_the_steps_mode_turns_every_time_budget_and_the_deadline_off() -> None:
+    """budgets.mode: steps is the reproducible mode: no loop stops on the clock, so the model depends on the
+    params (and the host's kind), not on how fast the host is; the stages that train declare the switch."""
+    timed = load_params(ROOT / "params.yaml", profile=ROOT / "profile.yaml")
+    assert timed.budgets.mode == "time" and timed.pretrain.time_budget_min and timed.deadline.minutes
+    steps = load_params(ROOT / "params.yaml", profile=ROOT / "profile.yaml", overrides={"budgets.mode": "steps"})
+    budgets = (steps.pretrain.time_budget_min, steps.finetune.time_budget_min, steps.finetune.transfer.time_budget_min,
+               steps.cnn.time_budget_min, steps.distill.time_budget_min, steps.deadline.minutes)
+    assert budgets == (None,) * 6
+    assert (steps.pretrain.max_steps, steps.finetune.epochs, steps.distill.soup) == (
+        timed.pretrain.max_steps, timed.finetune.epochs, timed.distill.soup), "what the loops run is unchanged"
+    from pipeline.deadline import plan_for
+    assert plan_for(steps, 0.0) is None and plan_for(timed, 0.0) is not None
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name in ("pretrain", "finetune", "cnn", "distill"):
+        assert "budgets.mode" in stages[name]["params"], name
+
+
+def test_a_params_file_missing_a_key_is_refused_not_filled_from_a_dataclass(tmp_path: Path) -> None:
+    """One set of defaults: a key absent from params.yaml would be decided by a dataclass default that DVC
+    cannot see, so reading the file refuses it, naming the key (a profile, an overlay, may leave keys out)."""
+    raw = base()
+    del raw["distill"]["temperature"]
+    with pytest.raises(ConfigError, match=r"params\.yaml: missing distill\.temperature; params\.yaml holds every default"):
+        load_params(write(tmp_path, raw))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(base()))
+    (tmp_path / "profile.yaml").write_text("distill: {temperature: 3.0}\n")
+    assert load_params(tmp_path / "params.yaml").distill.temperature == 3.0

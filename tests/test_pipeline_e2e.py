@@ -21,13 +21,15 @@ import torch
 import yaml
 from servers import background, free_port, healthy, wait_until
 
-from minibert.checkpoint import header, load_model
+from minibert.checkpoint import header, load_model, read_contract
+from minibert.contract import read_onnx_contract
 from minibert.textcnn import load_textcnn
+from pipeline.params import load_params
 
 ROOT = Path(__file__).resolve().parent.parent
 REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "cnn", "distill", "export", "quantize",
-          "evaluate", "register", "report"]
+STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "cnn",
+          "soft_targets", "distill", "export", "quantize", "evaluate", "register", "report"]
 
 # servers and runs of the caller's that the copy must not talk to
 LOCAL_ONLY = ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT", "PREFECT_API_URL")
@@ -60,12 +62,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
-    shutil.copy(dest / "profiles" / "tiny.yaml", dest / "params.yaml")
+    defaults = (dest / "params.yaml").read_text()
     sh(["git", "init", "-q"], dest)
     sh(["git", "add", "-A"], dest)
     sh(["git", "commit", "-qm", "tiny"], dest)
     sh(["dvc", "remote", "modify", "--local", "mirror", "url", str(REMOTE)], dest)
-    out = sh([sys.executable, "-m", "pipeline.cli", "pipeline"], dest)
+    out = sh([sys.executable, "-m", "pipeline.cli", "pipeline", "--profile", "tiny"], dest)
+    assert (dest / "params.yaml").read_text() == defaults, "a profile never rewrites params.yaml"
+    active = {k: v for k, v in yaml.safe_load((dest / "profile.yaml").read_text()).items() if v}
+    assert active == yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
     return dest, out.stdout + out.stderr
 
 
@@ -144,13 +149,18 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
 
 def test_the_run_deadline_reaches_every_training_loop(project: tuple[Path, str]) -> None:
     """The tiny profile's 3-second deadline is always behind: `minibert pipeline` hands the plan
-    through dvc to each stage, and every loop keeps the floor (0.25) of its 10-minute budget."""
+    through dvc to each stage, and every loop keeps the floor (0.25) of its planned budget."""
     dest, log = project
+    params = load_params(dest / "params.yaml")
     pretrain, finetune, cnn, distill = (json.loads((dest / "metrics" / f"{s}.json").read_text())
                                         for s in ("pretrain", "finetune", "cnn", "distill"))
-    for metrics, prefix in ((pretrain, ""), (finetune, "transfer_"), (finetune, ""), (cnn, ""), (distill, "")):
+    planned = {"pretrain": params.pretrain.time_budget_min, "transfer_": params.finetune.transfer.time_budget_min,
+               "finetune": params.finetune.time_budget_min, "cnn": params.cnn.time_budget_min,
+               "distill": params.distill.time_budget_min}
+    for metrics, prefix, loop in ((pretrain, "", "pretrain"), (finetune, "transfer_", "transfer_"), (finetune, "", "finetune"),
+                                  (cnn, "", "cnn"), (distill, "", "distill")):
         assert metrics[f"{prefix}deadline_scale"] == 0.25, prefix
-        assert metrics[f"{prefix}time_budget_s"] == 150.0
+        assert metrics[f"{prefix}time_budget_s"] == pytest.approx(0.25 * 60 * planned[loop])
     assert finetune["transfer_deadline_untimed_s"] < finetune["deadline_untimed_s"] < distill["deadline_untimed_s"]
     assert re.search(r"^deadline 0.05 min: missed by \d+ s$", log, re.M), log[-2000:]
 
@@ -259,7 +269,7 @@ def test_lineage_and_runs_trace_the_champion_to_commit_data_and_metrics(project:
     assert record["git_commit"] == sh(["git", "rev-parse", "HEAD"], dest).stdout.strip()
     sst2_md5 = yaml.safe_load((dest / "data" / "raw" / "sst2.dvc").read_text())["outs"][0]["md5"]
     assert record["data_digests"]["data/raw/sst2"] == f"md5:{sst2_md5}"
-    assert record["params"]["distill.student.num_layers"] == "1"
+    assert record["params"]["distill.student.preset"] == "nano", "the overlay's value, as the stage read it"
     evaluation = json.loads((dest / "metrics" / "evaluate.json").read_text())
     assert record["metrics"]["evaluate.student_onnx_int8.accuracy"] == pytest.approx(evaluation["student_onnx_int8"]["accuracy"])
     bad = sh([sys.executable, "-m", "pipeline.cli", "lineage", "minibert-sst2"], dest, check=False)
@@ -304,7 +314,7 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
     dest, _ = project
     out = sh(["dvc", "exp", "run", "-S", "finetune.optim.lr=0.0003"], dest)
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
-    assert ran == ["finetune", "teacher_logits", "distill", "export", "quantize", "evaluate", "register", "report"]
+    assert ran == ["finetune", "teacher_logits", "soft_targets", "distill", "export", "quantize", "evaluate", "register", "report"]
     diff = sh(["dvc", "params", "diff", "--json"], dest).stdout
     change = json.loads(diff)["params.yaml"]["finetune.optim.lr"]
     assert (change["old"], change["new"]) == (0.0001, 0.0003)
@@ -322,10 +332,12 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
 def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple[Path, str]) -> None:
     dest, _ = project
     # every review's windows are training rows: the TF-IDF soft targets (per review) must follow them
+    # keys the active overlay sets are set in it (profile.yaml:key): an overlay's value wins over params.yaml's
     out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "finetune.transfer.task=sst2",
-              "-S", "distill.ensemble.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows",
-              "-S", "distill.student_kind=word_cnn", "-S", "distill.hidden_weight=0", "-S", "distill.attention_weight=0",
-              "-S", "cnn.bag_buckets=4096", "-S", "cnn.vectors=multichannel", "-S", "distill.soup=2"],
+              "-S", "soft_targets.tfidf.extra_task=sst2", "-S", "cnn.extra_task=sst2", "-S", "task.truncation=windows",
+              "-S", "profile.yaml:distill.student_kind=word_cnn", "-S", "profile.yaml:distill.hidden_weight=0",
+              "-S", "profile.yaml:distill.attention_weight=0", "-S", "cnn.bag_buckets=4096", "-S", "cnn.vectors=multichannel",
+              "-S", "profile.yaml:distill.soup=2"],
              dest)  # and a soup of two word-CNN students (no layers to match) with an n-gram bag and Kim's frozen channel through export and int8
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
     assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
@@ -346,7 +358,10 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     assert student.static is not None and torch.equal(student.static.weight, pretrained), "frozen through cnn and distill"
     assert not torch.equal(student.embedding.weight, pretrained), "the other channel trained"
     distill = json.loads((dest / "metrics" / "distill.json").read_text())
-    assert distill["tensors_from_teacher"] == 0 and 0 < distill["student_non_embedding_params"] < distill["student_params"]
+    assert "tensors_from_teacher" not in distill and 0 < distill["student_non_embedding_params"] < distill["student_params"]
+    contract = read_contract(dest / "models" / "distill" / "model.safetensors")
+    assert contract == read_contract(dest / "models" / "cnn" / "model.safetensors"), "the student reads as the word-CNN"
+    assert read_onnx_contract(dest / "models" / "quantize" / "student_int8.onnx") == contract, "carried to the deployed graph"
     assert distill["soup"] == 2 and len(distill["soup_member_val_accuracy"]) == 2
     assert 0.0 <= evaluation["student_onnx_int8"]["accuracy"] <= 1.0 and evaluation["student_onnx_int8"]["p50_ms"] > 0
     mlflow, client = client_for(dest)
@@ -390,7 +405,7 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
     """kill -9 mid-run, rerun: it resumes from the last checkpoint and ends with the same weights
     (byte for byte) and metrics as an uninterrupted run with the same params."""
     dest, _ = project
-    params = dest / "params.yaml"
+    params = dest / "profile.yaml"  # the active overlay: its pretrain keys win over params.yaml's
     original = params.read_text()
     data = yaml.safe_load(original)
     data["pretrain"].update(max_steps=400, checkpoint_every=20, log_every=20, time_budget_min=None)
@@ -431,13 +446,14 @@ def test_a_killed_pretraining_run_resumes_from_its_checkpoint(project: tuple[Pat
 
 
 def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(project: tuple[Path, str], tmp_path: Path) -> None:
-    """The imdb and gpu profiles set `distill.ensemble.cnn_share: 0`: the stage then writes logit files with
-    the teacher's rows and no columns (distill never reads them) and removes a model an earlier run left."""
+    """The gpu profile sets `soft_targets.shares.word_cnn: 0`: the stage then writes logit files with the
+    teacher's rows and no columns (soft_targets never reads them) and removes a model an earlier run left."""
     dest, _ = project
-    data = yaml.safe_load((dest / "params.yaml").read_text())
-    data["distill"]["ensemble"]["cnn_share"] = 0
+    shutil.copy(dest / "params.yaml", tmp_path / "params.yaml")
+    data = yaml.safe_load((dest / "profile.yaml").read_text())
+    data["soft_targets"]["shares"] = {"teacher": 0.7, "tfidf": 0.3, "word_cnn": 0.0}
     data["distill"].update(student_kind="transformer", soup=1)  # the IMDb exp run leaves a word_cnn soup, which needs the CNN
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(data))
+    (tmp_path / "profile.yaml").write_text(yaml.safe_dump(data))
     out = tmp_path / "cnn"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"an earlier run's model")
@@ -464,7 +480,7 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
     the second a new `register.min_accuracy`, so register and report alone), then the gate, which
     promotes the first new challenger (margin 1.0) and refuses the second (latency budget)."""
     dest, _ = project
-    params = dest / "params.yaml"
+    params = dest / "profile.yaml"  # the active overlay, rewritten for each run of the deployment
     original = params.read_text()
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -482,10 +498,10 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
     def trigger(distill_seed: int, min_accuracy: float, promote: dict, reran: list[str]) -> str:
         """The version registered by a run of the deployment; ``reran``: stages before register it must
         have run (none: it ran register and report alone)."""
-        data = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
+        data = yaml.safe_load(original)
         data["distill"]["seed"] = distill_seed
-        data["register"]["min_accuracy"] = min_accuracy
-        data["promote"].update(promote)
+        data.setdefault("register", {})["min_accuracy"] = min_accuracy
+        data.setdefault("promote", {}).update(promote)
         params.write_text(yaml.safe_dump(data, sort_keys=False))
         before = {r.info.run_id for r in client.search_runs([exp_id])}
         out = subprocess.run(["prefect", "deployment", "run", "minibert-retrain/ci", "--watch", "--watch-timeout", "600"],

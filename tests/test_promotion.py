@@ -80,7 +80,8 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
     from pipeline.stages.register import SERVING_CODE, pip_requirements
 
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
-    shutil.copy(ROOT / "profiles" / "tiny.yaml", tmp_path / "params.yaml")
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    shutil.copy(ROOT / "profiles" / "tiny.yaml", tmp_path / "profile.yaml")
     tok, tok_path = toy_tokenizer(tmp_path)
     texts = toy_texts(np.random.default_rng(5), [3, 4, 5, 6] * 15)  # one window each
     paths = {}

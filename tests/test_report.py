@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from minibert.contract import Contract, Windows
 from pipeline.document import Figure, Heading, Table, Text, to_html, to_markdown
 from pipeline.model_card import card_blocks
 from pipeline.params import load_params
@@ -65,17 +66,22 @@ def test_results_table_names_the_precision_a_torch_variant_was_scored_in() -> No
 
 
 def test_model_card_has_data_digests_metrics_use_and_limitations() -> None:
+    """The card reads how the model reads text from the model file's contract, not from params."""
     params = load_params(ROOT / "params.yaml")
+    contract = Contract("textcnn", "f00d", Windows(512, 448, "max"), ("negative", "positive"))
     evaluation = {"baseline": {"accuracy": 0.8, "f1": 0.8, "ece": 0.04, "p50_ms": 0.2, "size_mb": 9.0},
                   "student_onnx_int8": {"accuracy": 0.8119, "f1": 0.82, "ece": 0.031, "p50_ms": 0.31, "size_mb": 1.61}}
-    blocks = card_blocks(params, "7", "student_onnx_int8", evaluation, {"rows": {"sst2_train": 63_000}},
+    blocks = card_blocks(params.register.model_name, contract, 600, "sst2", "7", "student_onnx_int8", evaluation, {"rows": {"sst2_train": 63_000}},
                          {"data/raw/sst2": "md5:abc123.dir"}, {"git commit": "deadbeef"})
     md = to_markdown(blocks, Path("."))
     assert md.startswith(f"# {params.register.model_name}, version 7")
     for needle in ("## Intended use", "## Limitations", "md5:abc123.dir", "| sst2_train | 63000 |", "81.19",
-                   "| git commit | deadbeef |", "| finetune.optim.lr | 0.0001 |", "0.031"):
+                   "| git commit | deadbeef |", "0.031", "0 = negative, 1 = positive", "longer than 512 tokens",
+                   "stride 448", "aggregated by max", "| windows | 512 tokens, stride 448, max |", "| kind | textcnn |",
+                   "vocabulary of 600 WordPiece"):
         assert needle in md, needle
-    unversioned = to_markdown(card_blocks(params, None, "student_onnx_int8", evaluation, {}, {}, {}), Path("."))
+    unversioned = to_markdown(card_blocks(params.register.model_name, contract, 600, "sst2", None, "student_onnx_int8",
+                                          evaluation, {}, {}, {}), Path("."))
     assert unversioned.startswith(f"# {params.register.model_name}: minibert sentiment classifier")
 
 

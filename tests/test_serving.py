@@ -67,14 +67,14 @@ def test_predict_returns_labels_and_probabilities(served) -> None:
 
 
 def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
-    """cnn.max_length / stride: the registered model_config carries the word-CNN's windows, not the
-    encoder's, so the served logits are the evaluate stage's for that student (an n-gram bag in the graph)."""
-    import dataclasses
-
+    """The graph carries its contract: a word-CNN student that reads 40-token windows is served, and run by the
+    library runtime, through them, whatever the model_config beside it says (here the encoder's 16 / 6), and
+    the registered model_config repeats the graph's windows (an n-gram bag in the graph)."""
     import torch
 
+    from minibert.contract import Contract, Windows, read_onnx_contract, stamp_onnx
+    from minibert.runtime import RuntimeConfig, TextClassifier
     from minibert.textcnn import TextCNNConfig, build_textcnn
-    from pipeline.params import CNNParams, DistillParams, EnsembleParams, Params
     from pipeline.stages.register import serving_config
 
     tok, tok_path = toy_tokenizer(tmp_path)
@@ -82,16 +82,20 @@ def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
     student = build_textcnn(TextCNNConfig(vocab_size=tok.get_vocab_size(), dim=8, widths=(1, 2), filters=4, bag_buckets=256)).eval()
     with torch.no_grad():
         student.bag.weight.weight.normal_()
-    params = Params(task=TaskParams(max_length=16, stride=6), cnn=CNNParams(max_length=40, stride=30),
-                    distill=dataclasses.replace(DistillParams(), student_kind="word_cnn", hidden_weight=0.0, attention_weight=0.0,
-                                                ensemble=EnsembleParams(cnn_share=0.5)))
-    config = serving_config(params)
-    assert (config["max_length"], config["stride"]) == (40, 30), "the student's windows, not the encoder's 16 / 6"
+    contract = Contract("textcnn", None, Windows(40, 30, "mean"), ("negative", "positive"))
+    graph = export_onnx(student, tmp_path / "s.onnx")
+    stamp_onnx(graph, contract)
+    assert read_onnx_contract(graph) == contract
+    config = serving_config(read_onnx_contract(graph), threads=1)
+    assert (config["max_length"], config["stride"], config["threads"]) == (40, 30, 1)
     pyfunc = SentimentModel()
-    pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(export_onnx(student, tmp_path / "s.onnx"))},
-                                        model_config=config))
+    pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(graph)},
+                                        model_config={"max_length": 16, "stride": 6, "threads": 1}))
     texts = toy_texts(np.random.default_rng(1), (3, 30, 90))
-    expected = text_logits(student, tok, params.student_task(), batch_size=8)(texts)
+    expected = text_logits(student, tok, contract.windows, batch_size=8)(texts)
     np.testing.assert_allclose(pyfunc.logits(texts), expected, atol=1e-4)
-    at_encoder_windows = text_logits(student, tok, params.task, batch_size=8)(texts)
+    runtime = TextClassifier.from_files(tok_path, graph, RuntimeConfig(threads=1))
+    assert (runtime.cfg.max_length, runtime.cfg.stride, runtime.cfg.aggregate) == (40, 30, "mean")
+    np.testing.assert_allclose(runtime.logits(texts), expected, atol=1e-4)
+    at_encoder_windows = text_logits(student, tok, Windows(16, 6, "mean"), batch_size=8)(texts)
     assert not np.allclose(at_encoder_windows, expected, atol=1e-3), "the windows matter for the long texts"

@@ -1,9 +1,9 @@
 """Soft targets: the cached logit files (written atomically, read back only while they match the split in
-use), the ensemble mix, TF-IDF's out-of-fold scores, and their per-text alignment."""
+use), the sources' mix at their shares, TF-IDF's out-of-fold scores and their per-text alignment, and the
+one folder the student reads."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,15 +11,20 @@ import pandas as pd
 import pytest
 
 from minibert.runtime import softmax
-from pipeline.distillation import soft_targets, with_transfer
+from minibert.validation import ConfigError
+from pipeline.distillation import with_transfer
 from pipeline.io import DataError
-from pipeline.params import BaselineParams, DistillParams, EnsembleParams
+from pipeline.params import BaselineParams, SharesParams, TfidfSourceParams
 from pipeline.soft_targets import (
+    SoftTargets,
+    combine,
     load_logits,
+    load_soft_targets,
     log_probabilities,
     mix_ensemble,
     mix_soft_targets,
     save_logits,
+    save_soft_targets,
     shares_on_validation,
 )
 from pipeline.tfidf import build_baseline, out_of_fold, out_of_fold_logits
@@ -83,12 +88,15 @@ def test_the_cnn_scores_rows_as_the_teacher_does_and_tfidf_texts() -> None:
     teacher = np.zeros((3, 2), np.float32)  # undecided: the mix shows the other two
     baseline = log_probabilities(np.array([[0.8, 0.2], [0.2, 0.8]]))  # per text
     cnn = log_probabilities(np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]]))  # per row
-    cfg = dataclasses.replace(DistillParams(), ensemble=EnsembleParams(baseline_share=0.5, cnn_share=0.5))
-    mixed = softmax(soft_targets(cfg, teacher, baseline, np.array([0, 0, 1]), cnn))
+    text_index = np.array([0, 0, 1])
+    cfg = SharesParams(teacher=0.0, tfidf=0.5, word_cnn=0.5)
+    mixed = softmax(combine(cfg.of(), {"tfidf": baseline[text_index], "word_cnn": cnn}))
     np.testing.assert_allclose(mixed[:, 1], [0.6, 0.1, 0.65], atol=1e-6)
-    only_cnn = dataclasses.replace(cfg, ensemble=EnsembleParams(cnn_share=0.5))
-    np.testing.assert_allclose(softmax(soft_targets(only_cnn, teacher, None, np.arange(3), cnn))[:, 1], [0.75, 0.25, 0.5],
-                               atol=1e-6)
+    only_cnn = SharesParams(teacher=0.5, word_cnn=0.5)
+    np.testing.assert_allclose(softmax(combine(only_cnn.of(), {"teacher": teacher, "word_cnn": cnn}))[:, 1],
+                               [0.75, 0.25, 0.5], atol=1e-6)
+    with pytest.raises(DataError, match="label columns differ"):
+        combine(only_cnn.of(), {"teacher": teacher, "word_cnn": cnn[:, :0]})
 
 
 def random_rows(n: int, seed: int) -> pd.DataFrame:
@@ -127,25 +135,25 @@ def test_unlabelled_texts_are_scored_by_a_model_fitted_on_every_training_row() -
 
 def test_out_of_fold_needs_every_label_in_every_fold() -> None:
     train = pd.DataFrame({"text": ["good film", "great film", "bad film"], "label": [1, 1, 0]})
-    with pytest.raises(DataError, match=r"a label with 1 rows, fewer than distill\.ensemble\.folds \(2\)"):
+    with pytest.raises(DataError, match=r"a label with 1 rows, fewer than soft_targets\.tfidf\.folds \(2\)"):
         out_of_fold(UNIQUE_WORDS, train, None, folds=2, seed=0)
 
 
 def test_a_zero_share_fits_nothing_and_the_student_learns_from_the_teacher_alone() -> None:
     train = random_rows(3, seed=0)  # too few rows to fit folds: proof that nothing is fitted
-    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, EnsembleParams(baseline_share=0.0), train, None, jobs=1,
-                                    unlabelled=["a", "b"])
+    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, TfidfSourceParams(), 0.0, train, None, jobs=1,
+                                                   unlabelled=["a", "b"])
     assert logits.shape == (3, 0) and transfer.shape == (2, 0) and metrics["skipped"]
     teacher = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
-    assert soft_targets(DistillParams(), teacher, None, np.arange(2)) is teacher
+    np.testing.assert_array_equal(combine(SharesParams().of(), {"teacher": teacher}), teacher)  # passed through
 
 
 def test_per_text_scores_follow_the_rows_each_text_became() -> None:
     teacher = np.zeros((4, 2), np.float32)  # an undecided teacher: the mix shows the baseline's per-text view
     baseline = log_probabilities(np.array([[0.9, 0.1], [0.2, 0.8]]))
-    cfg = dataclasses.replace(DistillParams(), ensemble=EnsembleParams(baseline_share=0.5))
+    cfg = SharesParams(teacher=0.5, tfidf=0.5)
     text_index = np.array([0, 0, 0, 1])  # text 0 became three windows
-    mixed = softmax(soft_targets(cfg, teacher, baseline, text_index))
+    mixed = softmax(combine(cfg.of(), {"teacher": teacher, "tfidf": baseline[text_index]}))
     np.testing.assert_allclose(mixed[:, 1], [0.3, 0.3, 0.3, 0.65], atol=1e-6)
 
 
@@ -174,3 +182,25 @@ def test_shares_on_validation_finds_the_member_that_is_right_and_prefers_equal_s
         shares_on_validation([right], labels, step=0.3)
     with pytest.raises(ValueError, match="one shape"):
         shares_on_validation([right, right[:3]], labels)
+
+
+def test_the_sources_mix_as_the_shares_say_and_the_folder_round_trips(tmp_path: Path) -> None:
+    """The one seam: a mix of three sources at 0.5 / 0.3 / 0.2 is that average of probabilities, the section's
+    shares must sum to 1, and the folder distill reads gives back what was saved (a damaged one is refused)."""
+    rng = np.random.default_rng(0)
+    rows = {name: rng.normal(size=(5, 3)).astype(np.float32) for name in ("teacher", "tfidf", "word_cnn")}
+    cfg = SharesParams(teacher=0.5, tfidf=0.3, word_cnn=0.2)
+    expected = 0.5 * softmax(rows["teacher"]) + 0.3 * softmax(rows["tfidf"]) + 0.2 * softmax(rows["word_cnn"])
+    np.testing.assert_allclose(softmax(combine(cfg.of(), rows)), expected, atol=1e-6)
+    with pytest.raises(ConfigError, match="must sum to 1"):
+        SharesParams(teacher=0.5, tfidf=0.3, word_cnn=0.3)
+    targets = SoftTargets(combine(cfg.of(), rows), np.array([0, 1, 2, 0, 1]), np.zeros((2, 3), np.float32),
+                          ["one text", "another"], {"sources": cfg.of()})
+    save_soft_targets(tmp_path / "st", targets)
+    back = load_soft_targets(tmp_path / "st")
+    np.testing.assert_array_equal(back.train, targets.train)
+    assert back.labels.tolist() == [0, 1, 2, 0, 1] and back.transfer_texts == ["one text", "another"]
+    assert back.manifest == {"sources": {"teacher": 0.5, "tfidf": 0.3, "word_cnn": 0.2}}
+    (tmp_path / "st" / "targets.npz").write_bytes(b"not a zip")
+    with pytest.raises(DataError, match="not a soft_targets folder"):
+        load_soft_targets(tmp_path / "st")

@@ -62,7 +62,7 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     assert client.get_run(parent).data.params["finetune.optim.lr"] == "0.0001"
     (child,) = children(parent)
     assert child.data.tags[STAGE_TAG] == "finetune"
-    assert {k.split(".")[0] for k in child.data.params} == {"task", "model", "finetune"}  # its dvc.yaml params
+    assert {k.split(".")[0] for k in child.data.params} == {"task", "model", "finetune", "budgets"}  # its dvc.yaml params
     assert "finetune.optim.lr" in child.data.params and "pretrain.max_steps" not in child.data.params
     assert child.data.tags["input_digest.input.txt"].startswith("local-md5:")
     assert child.data.tags["git_commit"] == "unknown"  # tmp_path is no git repository
@@ -89,13 +89,13 @@ def test_a_stage_logs_single_params_it_names_by_dotted_key(store: Path) -> None:
 def test_a_stage_logs_exactly_the_params_its_dvc_yaml_entry_declares(store: Path) -> None:
     """One list: the keys DVC reruns a stage for are the keys its run records, whatever dvc.yaml says."""
     (store / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"probe": {"cmd": "true", "params": [
-        "distill.ensemble", {"params.yaml": ["task.max_length"]}]}}}))
+        "soft_targets.tfidf", {"params.yaml": ["task.max_length"]}, {"profile.yaml": None}]}}}))
     params = Params()
     with pipeline_run(params) as parent:
         with stage_run("probe", params, []):
             pass
     (child,) = children(parent)
-    expected = {k for k in flatten(params) if k.startswith("distill.ensemble.")} | {"task.max_length"}
+    expected = {k for k in flatten(params) if k.startswith("soft_targets.tfidf.")} | {"task.max_length"}
     assert set(child.data.params) == expected and len(expected) > 2
 
 

@@ -1,12 +1,12 @@
 """baseline_oof: TF-IDF + LR's out-of-fold probabilities on the training texts, for ensemble distillation.
 
-The training split is cut into ``distill.ensemble.folds`` stratified folds; each fold is scored
+The training split is cut into ``soft_targets.tfidf.folds`` stratified folds; each fold is scored
 by the ``baseline`` section's TF-IDF + LR fitted on the other folds plus, when
-``distill.ensemble.extra_task`` names one, that task's labelled training texts (never scored
+``soft_targets.tfidf.extra_task`` names one, that task's labelled training texts (never scored
 themselves). A model's scores on texts it was fitted on are near-certain and tell the student
-nothing the labels don't; out-of-fold scores are what the model knows. ``distill`` averages them
-with the teacher's (``distill.ensemble.baseline_share``). With a share of 0 nothing is fitted and
-the file holds no columns, so profiles that keep the teacher alone pay nothing. The transfer
+nothing the labels don't; out-of-fold scores are what the model knows. The ``soft_targets`` stage
+averages them with the other sources' (``soft_targets.shares.tfidf``). With a share of 0 nothing is fitted and
+the file holds no columns. The transfer
 set's unlabelled texts (stage ``transfer_set``) are scored by one more model, fitted on every
 training text (plus the extra task's), into a second file. The fits run in parallel processes,
 one a core.
@@ -38,17 +38,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline_oof.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    task, ensemble = params.task, params.distill.ensemble
+    task, source, share = params.task, params.soft_targets.tfidf, params.soft_targets.shares.tfidf
     paths = [split_path(args.data, task, "train"), args.transfer]
-    extra_task = None if ensemble.extra_task == "none" else dataclasses.replace(task, name=ensemble.extra_task)
+    extra_task = None if source.extra_task == "none" else dataclasses.replace(task, name=source.extra_task)
     if extra_task is not None:
         paths.append(split_path(args.data, extra_task, "train"))
     with stage_run("baseline_oof", params, paths) as tracker:
         train = load_split(args.data, task, "train")
         extra = None if extra_task is None else load_split(args.data, extra_task, "train")
         transfer = read_table(args.transfer, ["text"])["text"].tolist()
-        logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, ensemble, train, extra,
-                                                              fold_jobs(ensemble.folds + bool(transfer)), transfer)
+        logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, source, share, train, extra,
+                                                              fold_jobs(source.folds + bool(transfer)), transfer)
         save_logits(args.out, logits, train["label"].to_numpy())
         save_logits(args.transfer_out, transfer_logits, np.full(len(transfer), UNLABELLED))
         finish_stage(tracker, metrics, args.metrics)

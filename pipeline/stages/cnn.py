@@ -1,17 +1,18 @@
-"""cnn: a word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors,
-a third soft-target source for distillation.
+"""cnn: a word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors:
+a soft-target source, and the word_cnn student's starting model.
 
 Trained on the task's training rows and, when ``cnn.extra_task`` names one, that task's labelled
 texts shuffled in (IMDb reviews for SST-2, their head and tail kept), with the classifier's
 length-bucketed batches, schedule, time budget and best-on-validation selection. It then scores
-the training rows and the transfer set's texts, cut as ``teacher_logits`` cuts them, so
-``distill`` averages its probabilities with the teacher's and TF-IDF's row by row
-(``distill.ensemble.cnn_share``). Why a CNN: on SST-2 it scored 85.1 dev in one 3-minute epoch
+the training rows and the transfer set's texts, cut as ``teacher_logits`` cuts them, so the
+``soft_targets`` stage averages its probabilities with the other sources' row by row
+(``soft_targets.shares.word_cnn``). Why a CNN: on SST-2 it scored 85.1 dev in one 3-minute epoch
 where the 4-layer encoder, fine-tuned for 13 minutes, scored 83.0, and the two disagree on a
-tenth of the sentences (benchmarks/README.md). With a share of 0 nothing is trained and the
+tenth of the sentences (benchmarks/JOURNAL.md). With a share of 0 nothing is trained and the
 logit files hold no columns. ``cnn.bag_buckets`` adds a hashed token n-gram bag (``minibert.ngram_bag``)
 beside the convolutions; ``cnn.max_length`` / ``cnn.stride`` cut its rows and windows at its own length
-(``Params.cnn_task``): one row a text still, so its rows stay the teacher's.
+(``Params.cnn_task``): one row a text still, so its rows stay the teacher's. The model file records
+those windows and the label names (``minibert.contract``): a student started from it reads as it does.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pipeline.params import Params, load_params
 from pipeline.scoring import chunked_logits, validation
 from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
-from pipeline.task import encode_train
+from pipeline.task import encode_train, reads
 from pipeline.transfer_texts import load_transfer_split
 from pipeline.word_cnn import extra_task, train_word_cnn, with_extra
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         sequences, labels = encode_train(tok, train_df, task)
         transfer, transfer_labels = encode_train(tok, transfer_df, task)
         files = {"train": args.out / "train.npz", "transfer": args.out / "transfer.npz"}
-        if params.distill.ensemble.cnn_share == 0:
+        if params.soft_targets.shares.word_cnn == 0:
             save_logits(files["train"], np.zeros((len(labels), 0)), labels)
             save_logits(files["transfer"], np.zeros((len(transfer), 0)), transfer_labels)
             (args.out / "model.safetensors").unlink(missing_ok=True)
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
         transfer_logits = chunked_logits(model, transfer, "cnn logits, transfer set", model_cfg.num_labels, batch_size=256)
         save_logits(files["train"], logits, labels)
         save_logits(files["transfer"], transfer_logits, transfer_labels)
-        model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok))
+        model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok), reads=reads(task))
         metrics.update({"rows": len(labels), "extra_rows": extra_rows, "transfer_rows": len(transfer),
                         "score_seconds": time.perf_counter() - start, "skipped": False,
                         "train_accuracy": classification_metrics(labels, logits)["accuracy"]})

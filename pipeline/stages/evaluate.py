@@ -5,8 +5,8 @@ fine-tuned in, ``finetune.precision``, as ``teacher_logits`` scores it: bf16 aut
 with ``auto``, 1.7x faster than fp32, and most of this stage's time on IMDb), ``student``
 (distilled, torch fp32), ``student_int8`` (torch dynamic int8), ``student_onnx`` (portable ONNX,
 ONNX Runtime fp32) and ``student_onnx_int8`` (fused + int8 ONNX through ``minibert.runtime``:
-the deployed chain). Texts longer than ``task.max_length`` are read through sliding windows
-(IMDb). Speed is measured end to end from raw text (tokenization included):
+the deployed chain). Each model reads texts through the windows its file records
+(``minibert.contract``): longer texts (IMDb) through several. Speed is measured end to end from raw text (tokenization included):
 
 - latency: p50 / p95 of ``latency_rows`` single texts, one at a time, on ``latency_threads``;
 - throughput: texts/s over the whole split handed over at once, run in length-sorted batches
@@ -34,8 +34,9 @@ import pandas as pd
 import torch
 from tokenizers import Tokenizer
 
-from minibert.checkpoint import check_tokenizer, load_model
+from minibert.checkpoint import check_tokenizer, load_model, read_contract
 from minibert.classifiers import load_classifier
+from minibert.contract import Windows
 from minibert.precision import resolve_precision
 from minibert.quantize import load_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
@@ -50,7 +51,7 @@ from pipeline.metrics import (
     reliability,
     single_text_latency,
 )
-from pipeline.params import EvaluateParams, Params, TaskParams, load_params
+from pipeline.params import EvaluateParams, Params, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
 from pipeline.splits import load_split, split_path
@@ -97,12 +98,11 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: Evaluat
     return Measured(metrics, p_positive, bins)
 
 
-def onnx_variant(name: str, path: Path, tokenizer: Path, task: TaskParams, cfg: EvaluateParams) -> Variant:
-    """An exported classifier behind the inference runtime, once per thread setting."""
+def onnx_variant(name: str, path: Path, tokenizer: Path, cfg: EvaluateParams) -> Variant:
+    """An exported classifier behind the inference runtime, once per thread setting; it reads texts
+    through the windows its file records."""
     def runtime(threads: int) -> Predict:
-        rc = RuntimeConfig(max_length=task.max_length, stride=task.stride, aggregate=task.aggregate,
-                           batch_size=cfg.batch_size, threads=threads)
-        return TextClassifier.from_files(tokenizer, path, rc).logits
+        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=cfg.batch_size, threads=threads)).logits
 
     return Variant(name, path, runtime(cfg.threads), runtime(cfg.latency_threads))
 
@@ -124,15 +124,15 @@ def quality_pictures(measured: dict[str, Measured], labels: np.ndarray, confusio
 
 
 def attention_pictures(teacher: torch.nn.Module, tok: Tokenizer, baseline: object, test: pd.DataFrame,
-                       task: TaskParams, cfg: EvaluateParams, out: Path, heads_csv: Path) -> pd.DataFrame:
+                       windows: Windows, cfg: EvaluateParams, out: Path, heads_csv: Path) -> pd.DataFrame:
     """``out``/sentence_<i>.png a sentence and ``out``/heads.png, the head table to ``heads_csv``; returns it."""
     lexicon = sentiment_lexicon(baseline, cfg.sentiment_words)
     texts = test["text"].tolist()[: cfg.attention_rows]
-    table = head_table(teacher, tok, texts, task.max_length, lexicon)
+    table = head_table(teacher, tok, texts, windows.max_length, lexicon)
     with atomic_path(out) as tmp:
         tmp.mkdir()
         for i, sentence in enumerate(cfg.attention_sentences):
-            sentence_pictures(teacher, tok, sentence, task.max_length, tmp / f"sentence_{i}.png")
+            sentence_pictures(teacher, tok, sentence, windows.max_length, tmp / f"sentence_{i}.png")
         head_statistics_picture(table, tmp / "heads.png", len(texts))
     with atomic_path(heads_csv) as tmp:
         table.to_csv(tmp, index=False)
@@ -174,22 +174,20 @@ def main(argv: list[str] | None = None) -> None:
         student = load_classifier(args.student)
         int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified
 
-        student_task = params.student_task()  # a word_cnn student reads its own windows (cnn.max_length)
-
         def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32",
-                          reads: TaskParams = student_task) -> Variant:
-            predict = text_logits(model, tok, reads, cfg.batch_size, precision)
+                          reads: Path = args.student) -> Variant:
+            predict = text_logits(model, tok, read_contract(reads).windows, cfg.batch_size, precision)  # the file's windows
             return Variant(name, path, predict, predict, bf16=precision == "bf16")
 
         teacher_precision = resolve_precision(params.finetune.precision, torch.device("cpu"))
 
         variants = [
             Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba, probabilities=True),
-            torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=task),
+            torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=args.teacher),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
-            onnx_variant("student_onnx", args.onnx, args.tokenizer, student_task, cfg),
-            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, student_task, cfg),
+            onnx_variant("student_onnx", args.onnx, args.tokenizer, cfg),
+            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, cfg),
         ]
         measured = run(variants, test, cfg)
         results = {name: m.metrics for name, m in measured.items()}
@@ -202,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                           **{f"p_{name}": m.p_positive for name, m in measured.items()}}).to_csv(tmp, index=False)
         tradeoff_chart(table, args.chart)
         quality_pictures(measured, labels, args.confusion, args.calibration)
-        heads = attention_pictures(teacher, tok, baseline, test, task, cfg, args.attention, args.heads)
+        heads = attention_pictures(teacher, tok, baseline, test, read_contract(args.teacher).windows, cfg, args.attention, args.heads)
         write_json(results, args.metrics)  # last: DVC sees the stage done only when everything is written
         tracker.log_metrics({f"{name}.{key}": value for name, row in results.items() for key, value in row.items()})
         tracker.log_metrics({f"attention.L{r.layer}H{r.head}.{k}": float(getattr(r, k))

@@ -5,7 +5,9 @@
 ``Attention`` nodes (``minibert.ort_fusion``) and, with ``export.ort_optimizer``, ORT's
 transformer optimiser run over it (SkipLayerNorm, BiasGelu). It is the graph ``quantize`` turns
 into int8. A word-CNN student (``distill.student_kind: word_cnn``) has no attention to fuse: its
-``student_fused.onnx`` is the portable graph again. Both have dynamic batch and sequence axes. Parity is checked on the sliding windows
+``student_fused.onnx`` is the portable graph again. Both have dynamic batch and sequence axes and
+carry the student's contract in their metadata (``minibert.contract``: windows, labels, vocabulary),
+which is also how the test texts are cut here. Parity is checked on the sliding windows
 of the task's test split of record (all of SST-2 dev; ``export.parity_rows`` evenly spaced
 windows of a longer split such as IMDb's), in padded, length-sorted batches at batch sizes 1, 8
 and 32 (so at every length the split has). The
@@ -23,8 +25,9 @@ import numpy as np
 from torch import nn
 
 from minibert.batching import pad_batch, sorted_batches
-from minibert.checkpoint import check_tokenizer, read_metadata
+from minibert.checkpoint import check_tokenizer, read_contract, read_metadata
 from minibert.classifiers import load_classifier
+from minibert.contract import stamp_onnx
 from minibert.export import export_onnx, load_session, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
@@ -95,29 +98,36 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/export.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg, task = params.export, params.student_task()  # the student's windows
-    test_path = split_path(args.data, task, "test")
+    cfg = params.export
+    contract = read_contract(args.student)  # the windows and labels the student was trained with
+    windows = contract.windows
+    test_path = split_path(args.data, params.task, "test")
     with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
         student = load_classifier(args.student)
-        documents = encode_documents(tok, load_split(args.data, task, "test")["text"].tolist())
-        windows, _ = document_windows(documents, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
-        sequences = parity_sample(windows, cfg.parity_rows)
-        metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(windows), "parity_windows": len(sequences)}
+        documents = encode_documents(tok, load_split(args.data, params.task, "test")["text"].tolist())
+        cut, _ = document_windows(documents, windows.max_length, windows.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
+        sequences = parity_sample(cut, cfg.parity_rows)
+        metrics: dict[str, float] = {"opset": cfg.opset, "windows": len(cut), "parity_windows": len(sequences)}
+
+        def write_portable(path: Path) -> None:
+            export_onnx(student, path, opset=cfg.opset)
+            stamp_onnx(path, contract)
 
         def write_fused(path: Path) -> None:
             if not isinstance(student, SequenceClassifier):  # a word-CNN student: no attention to fuse
-                export_onnx(student, path, opset=cfg.opset)
+                write_portable(path)
                 return
             model_cfg = read_metadata(args.student)[1]
             # rotary positions act inside attention, which the fused kernel cannot express
             export_onnx(student, path, opset=cfg.opset, fused_attention=model_cfg.position != "rotary")
             if cfg.ort_optimizer:
                 optimize_for_ort(path, path, model_cfg.num_heads, model_cfg.hidden_size)
+            stamp_onnx(path, contract)
 
         metrics |= verified_exports([
-            (args.out, lambda p: export_onnx(student, p, opset=cfg.opset), lambda p: check_parity(student, p, sequences, cfg, "")),
+            (args.out, write_portable, lambda p: check_parity(student, p, sequences, cfg, "")),
             (args.fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_")),
         ])
         counts = fused_operator_counts(args.fused_out)

@@ -28,7 +28,7 @@ from pipeline.curves import write_curves
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
 from pipeline.splits import load_split, split_path
-from pipeline.task import encode_train
+from pipeline.task import encode_train, reads
 from pipeline.teacher import build, finetune_loop, head_config, transfer_phase, transfer_splits
 
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
-        save_model(model, model_cfg, args.out, head_config(cfg), vocabulary_digest(tok))
+        save_model(model, model_cfg, args.out, head_config(cfg), vocabulary_digest(tok), reads=reads(task))
         curves = write_curves(recorder.history, args.curves, task.name, f"fine-tuning on {task.name}")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 

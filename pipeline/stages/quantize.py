@@ -3,8 +3,10 @@
 ``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
 ``student_int8.onnx``: ONNX Runtime dynamic quantization of the fused graph from ``export``
 (MatMul, Attention and embedding weights to int8, Conv too with ``quantize.conv``;
-``quantize.reduce_range`` / ``per_channel`` as set); the deployed chain. Reports sizes and validation accuracy of each against its fp32 source, so a
-quantization that hurts shows up here before evaluate.
+``quantize.reduce_range`` / ``per_channel`` as set); the deployed chain, stamped with the fused graph's
+contract (windows, labels: ``minibert.contract``). Reports sizes and validation accuracy of each against
+its fp32 source, read through the student's own windows, so a quantization that hurts shows up here
+before evaluate.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from minibert.checkpoint import check_tokenizer
 from minibert.classifiers import load_classifier
+from minibert.contract import read_onnx_contract, stamp_onnx
 from minibert.export import load_session, session_callable
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
 from minibert.tokenizer import load_tokenizer
@@ -47,7 +50,9 @@ def main(argv: list[str] | None = None) -> None:
         save_int8(int8, args.out)
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel,
                            conv=cfg.conv)
-        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), params.student_task())
+        contract = read_onnx_contract(args.fused)
+        stamp_onnx(args.onnx_out, contract)  # the int8 graph reads texts as the graph it was made from
+        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), contract.windows)
         threads = params.export.threads
         accuracy = {
             name: classification_metrics(labels, val_logits(model))["accuracy"]

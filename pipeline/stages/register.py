@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from minibert.contract import Contract, read_onnx_contract
+from minibert.tokenizer import load_tokenizer
 from pipeline.document import to_markdown
 from pipeline.io import DataError, atomic_path, read_json, write_json
 from pipeline.model_card import DEPLOYED, card_blocks
@@ -43,12 +45,11 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES]
 
 
-def serving_config(params: Params) -> dict:
-    """The registered model's ``model_config`` (``pipeline.serving_model``): the deployed student's windows
-    (a word_cnn student reads its own, ``cnn.max_length`` / ``cnn.stride``), aggregation and threads."""
-    reads = params.student_task()
-    return {"max_length": reads.max_length, "stride": reads.stride, "aggregate": reads.aggregate,
-            "threads": params.evaluate.threads}
+def serving_config(contract: Contract, threads: int) -> dict:
+    """The registered model's ``model_config`` (``pipeline.serving_model``): the session's threads, and the
+    deployed graph's windows as its file records them (the served model reads them from the graph too)."""
+    windows = contract.windows
+    return {"max_length": windows.max_length, "stride": windows.stride, "aggregate": windows.aggregate, "threads": threads}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
         provenance = {"git commit": sha + (" (uncommitted changes)" if dirty else ""), "pipeline run": tracker.parent_id or "",
                       "registering run": tracker.run_id,
                       "load it with": f"mlflow.pyfunc.load_model('models:/{cfg.model_name}@champion')"}
-        card = partial(card_blocks, params, deployed=DEPLOYED, evaluation=evaluation, data_report=read_json(args.data_report),
+        contract = read_onnx_contract(args.onnx)
+        vocab_size = load_tokenizer(args.tokenizer).get_vocab_size()
+        card = partial(card_blocks, cfg.model_name, contract, vocab_size, params.task.name, deployed=DEPLOYED, evaluation=evaluation, data_report=read_json(args.data_report),
                        digests=raw_data_digests(root), provenance=provenance)
         if args.card.name != "README.md":
             raise DataError(f"--card {args.card}: the model card's file must be called README.md")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
-            model_config=serving_config(params),
+            model_config=serving_config(contract, params.evaluate.threads),
             tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
         )

@@ -80,7 +80,7 @@ def training_table(stages: dict[str, dict[str, Any]]) -> Table:
                      f"{_num(finetune, 'best_step', '.0f')})", _num(finetune, "steps", ".0f"),
          _num(finetune, "train_seconds", ".0f")),
         ("distill", f"validation accuracy {_num(distill, 'val_accuracy', '.2f', 100)} %, "
-                    f"{_num(distill, 'non_embedding_ratio', '.1%')} of the teacher's non-embedding parameters",
+                    f"{_num(distill, 'student_params', ',.0f')} parameters",
          _num(distill, "steps", ".0f"), _num(distill, "train_seconds", ".0f")),
     )
     return Table(("stage", "result", "steps", "seconds"), rows)

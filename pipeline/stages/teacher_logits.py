@@ -3,7 +3,8 @@
 A stage of its own so that changing the student, the temperature or any other ``distill``
 param reruns only the student's training, never the teacher's forward passes. Rows follow the
 task's training split as ``encode_train`` cuts it; the labels ride along so ``distill`` can
-check the file still matches the split it reads. The transfer set's texts (stage ``transfer_set``)
+check the file still matches the split it reads. With ``soft_targets.shares.teacher: 0`` the teacher is not a
+source: nothing is scored and the files hold no columns. The transfer set's texts (stage ``transfer_set``)
 are scored into a second file, their rows cut the same way, with label -1 (unlabelled). The
 teacher runs in the precision it was fine-tuned in (``finetune.precision``): with ``auto`` that is
 bf16 autocast where the CPU has it, 1.7x faster than fp32 in the pipeline (188 -> 109 s) and within about
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+import numpy as np
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.precision import resolve_precision
@@ -46,10 +49,15 @@ def main(argv: list[str] | None = None) -> None:
     inputs = [train_path, args.transfer, args.tokenizer, args.teacher]
     with stage_run("teacher_logits", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
-        check_tokenizer(args.teacher, tok, args.tokenizer)
-        teacher, _, _ = load_model(args.teacher)
         sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
         transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
+        if params.soft_targets.shares.teacher == 0:  # not a source: nothing is scored, the files hold no columns
+            save_logits(args.out, np.zeros((len(labels), 0)), labels)
+            save_logits(args.transfer_out, np.zeros((len(transfer), 0)), transfer_labels)
+            finish_stage(tracker, {"rows": len(labels), "transfer_rows": len(transfer), "skipped": True}, args.metrics)
+            return
+        check_tokenizer(args.teacher, tok, args.tokenizer)
+        teacher, _, _ = load_model(args.teacher)
         precision = resolve_precision(params.finetune.precision, next(teacher.parameters()).device)
         start = time.perf_counter()
         logits = teacher_logits(teacher, sequences, "teacher logits", precision)

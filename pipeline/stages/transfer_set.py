@@ -1,7 +1,7 @@
 """transfer_set: the unlabelled texts the student learns soft targets on besides the training rows.
 
 Cut from the pretraining corpus (the IMDb unlabelled reviews; ``pipeline.transfer_texts``) with
-the ``distill.transfer_set`` params. Every text of a labelled split in the prepared data (train,
+the ``transfer_set`` params. Every text of a labelled split in the prepared data (train,
 validation and test of every task) is left out, and so is any sentence equal to one. With
 ``rows: 0`` the table is empty and the downstream stages score nothing.
 """
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/transfer_set.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.distill.transfer_set
+    cfg = params.transfer_set
     with stage_run("transfer_set", params, [args.data / CORPUS]) as tracker:
         corpus = read_table(args.data / CORPUS, ["text"])["text"].tolist()
         texts = transfer_texts(corpus, labelled_texts(args.data), cfg)

@@ -1,0 +1,94 @@
+"""What a model file promises its user: how it reads a text and what its outputs mean.
+
+Every classifier the pipeline writes carries one: the safetensors checkpoints in their header
+(``minibert.checkpoint``), the ONNX graphs in their ``metadata_props`` under the key ``minibert``
+(``stamp_onnx``). Export, quantization, evaluation, registration and serving read it from the file,
+so a model is used the way it was trained whatever the params say now.
+
+    kind               classifier (a minibert encoder) | textcnn (the word-level CNN)
+    vocabulary_sha256  the tokenizer it was trained with (``minibert.tokenizer.vocabulary_digest``)
+    windows            max_length (tokens a window, [CLS] and [SEP] included), stride, aggregate
+    labels             the class names, in output order
+
+Torch-free: serving reads it through ONNX Runtime alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minibert.files import ArtifactError, atomic_output
+
+ONNX_KEY = "minibert"  # the metadata_props entry of an exported graph
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How a model reads a text: windows of ``max_length`` tokens every ``stride``, logits combined by ``aggregate``."""
+
+    max_length: int
+    stride: int
+    aggregate: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    kind: str
+    vocabulary_sha256: str | None
+    windows: Windows
+    labels: tuple[str, ...]
+
+    def metadata(self) -> dict[str, str]:
+        """The entries a file's metadata holds (strings: safetensors' and ONNX's metadata are string maps)."""
+        return {"kind": self.kind, **({"vocabulary_sha256": self.vocabulary_sha256} if self.vocabulary_sha256 else {}),
+                "windows": json.dumps(vars(self.windows), sort_keys=True), "labels": json.dumps(list(self.labels))}
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, Any], where: str) -> Contract:
+        """The contract in a file's metadata; ArtifactError naming ``where`` when it holds none."""
+        if "windows" not in meta or "labels" not in meta:
+            raise ArtifactError(f"{where} carries no windows or labels (written before models carried their contract); "
+                                "rerun the stage that writes it")
+        try:
+            windows = Windows(**json.loads(meta["windows"]))
+            labels = tuple(str(label) for label in json.loads(meta["labels"]))
+        except (TypeError, ValueError) as err:
+            raise ArtifactError(f"{where}: unreadable windows or labels in its metadata ({err})") from err
+        return cls(str(meta.get("kind", "")), meta.get("vocabulary_sha256"), windows, labels)
+
+
+def stamp_onnx(path: str | os.PathLike[str], contract: Contract) -> None:
+    """Write ``contract`` into the ONNX graph at ``path`` (its ``metadata_props``), replacing the file atomically."""
+    import onnx  # export-time only: serving reads the stamp through ONNX Runtime
+
+    model = onnx.load(str(path))
+    kept = [p for p in model.metadata_props if p.key != ONNX_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = ONNX_KEY, json.dumps(contract.metadata(), sort_keys=True)
+    with atomic_output(path) as tmp:
+        onnx.save(model, str(tmp))
+
+
+def onnx_contract(custom_metadata: dict[str, str], where: str) -> Contract:
+    """The contract of an ONNX graph from its custom metadata map (``session.get_modelmeta().custom_metadata_map``)."""
+    if ONNX_KEY not in custom_metadata:
+        raise ArtifactError(f"{where} carries no minibert contract (exported before models carried one); rerun "
+                            "`dvc repro export`")
+    return Contract.from_metadata(json.loads(custom_metadata[ONNX_KEY]), where)
+
+
+def read_onnx_contract(path: str | os.PathLike[str]) -> Contract:
+    """The contract stamped into the ONNX graph at ``path``."""
+    import onnx
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no ONNX model at {path}; run the stage that writes it first")
+    model = onnx.load(str(path), load_external_data=False)
+    return onnx_contract({p.key: p.value for p in model.metadata_props}, str(path))
