@@ -33,9 +33,9 @@ def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
             np.savez(handle, logits=logits.astype(np.float32), labels=labels.astype(np.int64))
 
 
-def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits", columns: int | None = None) -> np.ndarray:
+def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits") -> np.ndarray:
     """(N, L) logits from ``path`` (written by ``stage``), checked against the ``labels`` of the rows in use
-    and, when given, the number of label ``columns``."""
+    (``combine`` checks that the sources agree on L)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found; run `dvc repro {stage}` first")
     try:
@@ -46,8 +46,6 @@ def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits", c
     if logits.ndim != 2 or len(logits) != len(labels) or not np.array_equal(stored, labels):
         raise DataError(f"{path}: {len(logits)} rows do not match the {len(labels)} training rows in use "
                         f"(stale after a data or task change); rerun `dvc repro {stage}`")
-    if columns is not None and logits.shape[1] != columns:
-        raise DataError(f"{path}: {logits.shape[1]} label columns, the teacher has {columns}; rerun `dvc repro {stage}`")
     return logits
 
 

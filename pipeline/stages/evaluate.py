@@ -174,16 +174,18 @@ def main(argv: list[str] | None = None) -> None:
         student = load_classifier(args.student)
         int8 = load_int8(student, args.int8)  # the fp32 student is the skeleton; it stays unmodified
 
+        teacher_reads, student_reads = read_contract(args.teacher).windows, read_contract(args.student).windows
+
         def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32",
-                          reads: Path = args.student) -> Variant:
-            predict = text_logits(model, tok, read_contract(reads).windows, cfg.batch_size, precision)  # the file's windows
+                          reads: Windows = student_reads) -> Variant:
+            predict = text_logits(model, tok, reads, cfg.batch_size, precision)  # the windows the model's file records
             return Variant(name, path, predict, predict, bf16=precision == "bf16")
 
         teacher_precision = resolve_precision(params.finetune.precision, torch.device("cpu"))
 
         variants = [
             Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba, probabilities=True),
-            torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=args.teacher),
+            torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=teacher_reads),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
             onnx_variant("student_onnx", args.onnx, args.tokenizer, cfg),
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
                           **{f"p_{name}": m.p_positive for name, m in measured.items()}}).to_csv(tmp, index=False)
         tradeoff_chart(table, args.chart)
         quality_pictures(measured, labels, args.confusion, args.calibration)
-        heads = attention_pictures(teacher, tok, baseline, test, read_contract(args.teacher).windows, cfg, args.attention, args.heads)
+        heads = attention_pictures(teacher, tok, baseline, test, teacher_reads, cfg, args.attention, args.heads)
         write_json(results, args.metrics)  # last: DVC sees the stage done only when everything is written
         tracker.log_metrics({f"{name}.{key}": value for name, row in results.items() for key, value in row.items()})
         tracker.log_metrics({f"attention.L{r.layer}H{r.head}.{k}": float(getattr(r, k))
