@@ -40,27 +40,28 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import RecordingTracker
 from pipeline import pretraining
 from pipeline.io import read_table
-from pipeline.params import FinetuneParams, Params
+from pipeline.params import FinetuneParams, Params, TaskParams
 from pipeline.splits import TASK_SPLITS
 
-# name -> overrides of the finetune section ("optim.lr" reaches into the optimizer, "transfer.task" the transfer)
+# name -> params overrides ("section.key": value)
 FINETUNE_VARIANTS: dict[str, dict] = {
     "reference": {},
-    "no_pretraining": {"from_pretrained": False},
-    "llrd_0.8": {"llrd": 0.8},
-    "gradual_unfreezing": {"unfreeze_every": 300},
-    "fgm": {"adversarial": "fgm"},  # epsilon, alpha, steps: the profile's finetune section
-    "pgd": {"adversarial": "pgd"},
+    "no_pretraining": {},  # random init: teacher.build(..., None) (finetune.from_pretrained left params.yaml)
+    "llrd_0.8": {"finetune.llrd": 0.8},
+    "gradual_unfreezing": {"finetune.unfreeze_every": 300},
+    "fgm": {"finetune.adversarial": "fgm"},  # epsilon: the profile's finetune section; PGD's alpha, steps: ClassifierLoop's
+    "pgd": {"finetune.adversarial": "pgd"},
 }
+RANDOM_INIT = {"no_pretraining"}  # variants fine-tuned from random weights instead of the encoder
 
 
-def finetune_variants(cfg: FinetuneParams, task: str) -> dict[str, dict]:
+def finetune_variants(cfg: FinetuneParams, task: TaskParams) -> dict[str, dict]:
     """FINETUNE_VARIANTS, one row per pooling other than the profile's, and the transfer phase flipped."""
-    variants = {**FINETUNE_VARIANTS, **{f"{p}_pooling": {"pooling": p} for p in POOLING if p != cfg.pooling}}
-    if cfg.transfer.task != "none":
-        variants["no_transfer"] = {"transfer.task": "none"}
+    variants = {**FINETUNE_VARIANTS, **{f"{p}_pooling": {"finetune.pooling": p} for p in POOLING if p != cfg.pooling}}
+    if task.intermediate != "none":
+        variants["no_transfer"] = {"task.intermediate": "none"}
     else:
-        variants.update({f"transfer_{t}": {"transfer.task": t} for t in TASK_SPLITS if t != task})
+        variants.update({f"transfer_{t}": {"task.intermediate": t} for t in TASK_SPLITS if t != task.name})
     return variants
 
 
@@ -78,15 +79,15 @@ ParamsFor = Callable[[dict[str, Any]], Params]  # {"section.key": value} -> vali
 def finetune_block(params_for: ParamsFor, names: list[str], encoder: Path, tok, data: TaskData) -> list[dict]:
     rows = []
     reference = params_for({})
-    variants = finetune_variants(reference.finetune, reference.task.name)
+    variants = finetune_variants(reference.finetune, reference.task)
     for name in names:
-        params = params_for({f"finetune.{key}": value for key, value in variants[name].items()})
+        params = params_for(variants[name])
         mlm, model_cfg, _ = load_model(encoder)  # afresh: every variant starts from the same weights
         if model_cfg.vocab_size != tok.get_vocab_size():
             raise SystemExit(f"error: {encoder} has vocabulary {model_cfg.vocab_size}, the tokenizer "
                              f"{tok.get_vocab_size()}; pass the encoder pretrained with this tokenizer")
         start = time.perf_counter()
-        scores = finetune_and_score(params, model_cfg, mlm.backbone if params.finetune.from_pretrained else None, data)
+        scores = finetune_and_score(params, model_cfg, None if name in RANDOM_INIT else mlm.backbone, data)
         rows.append({"block": "finetune", "variant": name, "overrides": variants[name],
                      **scores, "seconds": time.perf_counter() - start})
         print(json.dumps(rows[-1], default=str), flush=True)
@@ -101,7 +102,7 @@ def arch_block(params_for: ParamsFor, names: list[str], steps: int, tok, data: T
                              **{f"model.{key}": value for key, value in variants[name].items()}})
         model_cfg = params.model_config(tok.get_vocab_size())
         start = time.perf_counter()
-        mlm, pre_metrics = pretraining.run(params.pretrain, model_cfg, tok, corpus, RecordingTracker())
+        mlm, pre_metrics = pretraining.run(params.pretrain, params.train, model_cfg, tok, corpus, RecordingTracker())
         scores = finetune_and_score(params, model_cfg, mlm.backbone, data)
         rows.append({"block": "arch", "variant": name, "overrides": variants[name],
                      "mlm_accuracy": pre_metrics["mlm_accuracy"], "pretrain_seconds": pre_metrics["train_seconds"],
@@ -141,7 +142,7 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     wanted = args.only.split(",")
     arch_names = list(arch_variants(params.model_config(tok.get_vocab_size())))
-    ft_names = list(finetune_variants(params.finetune, params.task.name))
+    ft_names = list(finetune_variants(params.finetune, params.task))
     ft = [n for n in ft_names if "finetune" in wanted or n in wanted]
     arch = [n for n in arch_names if "arch" in wanted or n in wanted]
     unknown = set(wanted) - {"finetune", "arch"} - set(ft_names) - set(arch_names)
@@ -156,7 +157,8 @@ def main() -> None:
     args.out.write_text(json.dumps({
         "date": date.today().isoformat(), "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads",
         "command": "python benchmarks/ablations.py " + " ".join(sys.argv[1:]), "params": str(args.params),
-        "overrides": args.overrides, "arch_steps": args.arch_steps, "finetune": dataclasses.asdict(params.finetune),
+        "overrides": args.overrides, "arch_steps": args.arch_steps, "train": dataclasses.asdict(params.train),
+        "finetune": dataclasses.asdict(params.finetune),
         "rows": rows}, indent=2, default=str) + "\n")
 
 

@@ -3,7 +3,7 @@
 On a finished pipeline run (``--root``: its prepared data, tokenizer, pretrained encoder and
 fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.word_cnn.train_word_cnn``,
 params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``baseline`` section's
-TF-IDF + LR on the task's training split plus ``soft_targets.tfidf.extra_task``'s texts (as the
+TF-IDF + LR on the task's training split plus ``task.intermediate``'s texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
 model alone, their agreement with the teacher, and probability averages of the three (equal
 thirds, the pipeline's ``soft_targets.shares``, and
@@ -75,11 +75,12 @@ def main() -> None:
 
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
-    (sequences, labels), _ = with_extra(tok, args.data, cfg, task, encode_train(tok, train_df, reads))
+    (sequences, labels), _ = with_extra(tok, args.data, task, encode_train(tok, train_df, reads))
     rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
-        model, _, metrics = train_word_cnn(dataclasses.replace(cfg, seed=seed), vectors, (sequences, labels), cnn_scorers[0], NullTracker())
+        model, _, metrics = train_word_cnn(cfg, dataclasses.replace(params.train, seed=seed), vectors, (sequences, labels),
+                                           cnn_scorers[0], NullTracker())
         c_val, c_test = (softmax(s.logits(model)) for s in cnn_scorers)
         cnn_probs.append((c_val, c_test))
         chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)

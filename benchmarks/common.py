@@ -122,12 +122,12 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     is one (as the finetune stage does), else the CPU. ``tracker`` also receives the training logs.
     ``keep`` receives the fine-tuned classifier (to save it, say) before it is scored.
     """
-    torch.manual_seed(params.finetune.seed)
+    torch.manual_seed(params.train.seed)
     model = build(params.finetune, model_cfg, backbone).to(device or World().device())
     tracker = RecordingTracker(tracker)
     splits = transfer_splits(params.finetune, params.task, data.dir)
-    model, transfer = transfer_phase(model, params.finetune, params.task, data.tok, splits, tracker)
-    model, metrics = train_classifier(model, finetune_loop(params.finetune), data.train, data.val, tracker)
+    model, transfer = transfer_phase(model, params.finetune, params.train, params.task, data.tok, splits, tracker)
+    model, metrics = train_classifier(model, finetune_loop(params.finetune, params.train), data.train, data.val, tracker)
     metrics.update(transfer)
     if keep is not None:
         keep(model)
@@ -144,9 +144,9 @@ def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
 
 def fit_tfidf_with_extra(params: Params, data: Path, train_df: pd.DataFrame, val_df: pd.DataFrame):
     """The ``baseline`` section's TF-IDF + LR fitted as the student's soft targets see it: the task's
-    training rows plus ``soft_targets.tfidf.extra_task``'s labelled texts."""
-    fit_rows, extra = train_df, params.soft_targets.tfidf.extra_task
+    training rows plus ``task.intermediate``'s labelled texts."""
+    fit_rows, extra = train_df, params.task.intermediate
     if extra != "none":
-        fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(params.task, name=extra), "train")])
+        fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(params.task, name=extra, intermediate="none"), "train")])
     baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
     return baseline, len(fit_rows)

@@ -8,7 +8,7 @@ the run's own params) and seed trains the ``distill`` stage's student (``pipelin
 and scores it on validation and on the test split of record. Nothing is refitted, so every variant
 learns the same targets. First it prints the members the targets average, on the same splits: the
 teacher, the saved word-CNN, TF-IDF + LR refitted as ``baseline_oof``'s folds are (the training rows
-plus ``soft_targets.tfidf.extra_task``'s texts) and their mix at the run's shares, the student's ceiling.
+plus ``task.intermediate``'s texts) and their mix at the run's shares, the student's ceiling.
 Prints a table (mean over seeds per variant) and appends one JSON record to
 benchmarks/results/distill_variants.jsonl.
 
@@ -87,7 +87,7 @@ def main() -> None:
     runs = []
     for variant in [v.split() for v in args.variants.split(";")]:
         for seed in args.seeds:
-            p = load_with_overrides(root / "params.yaml", parse_overrides([*variant, f"distill.seed={seed}"]))
+            p = load_with_overrides(root / "params.yaml", parse_overrides([*variant, f"train.seed={seed}"]))
             cfg = p.distill
             variant_shares = p.soft_targets.shares.of()
             if [name for name, share in variant_shares.items() if share > 0] != active:
@@ -101,10 +101,10 @@ def main() -> None:
                                                        transfer[:n], combine(variant_shares, transfer_sources)[:n])
             start = time.perf_counter()
             if cfg.student_kind == "word_cnn":  # the run's word-CNN, afresh for every variant and seed
-                student, metrics = distillation.run_word_cnn(cfg, load_textcnn(models / "cnn" / "model.safetensors")[0],
+                student, metrics = distillation.run_word_cnn(cfg, p.train, load_textcnn(models / "cnn" / "model.safetensors")[0],
                                                              rows, targets, student_scorers[0], NullTracker(), bag_lr=p.cnn.bag_lr_scale)
             else:
-                student, metrics = distillation.distill_transformer(cfg, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
+                student, metrics = distillation.distill_transformer(cfg, p.train, teacher, head_cfg, p.student_config(tok.get_vocab_size()), rows, targets,
                                                student_scorers[0], NullTracker())
             runs.append({"variant": " ".join(variant) or "the run's params", "seed": seed,
                          "val": accuracy(student_scorers[0].logits(student), labels[0]),

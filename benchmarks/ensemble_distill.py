@@ -3,8 +3,8 @@ with or without a transfer set of unlabelled sentences.
 
 On a finished pipeline run (``--root``: its prepared data, tokenizer, teacher and teacher logits),
 computes TF-IDF + LR's out-of-fold probabilities once (the ``baseline_oof`` stage's code, with
-params.yaml's ``baseline`` and ``soft_targets.tfidf`` sections), then trains the ``distill`` stage's
-student for every (baseline share, seed) pair and scores it on the test split of record
+params.yaml's ``baseline`` section, ``task.intermediate``'s texts and ``train.seed``), then trains the
+``distill`` stage's student for every (baseline share, seed) pair and scores it on the test split of record
 (``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
 teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``transfer_set``
 params, cut from the run's corpus: the ``transfer_set`` stage's code), scored once by the teacher and
@@ -43,7 +43,7 @@ from pipeline.scoring import validation
 from pipeline.soft_targets import UNLABELLED, combine, load_logits, log_probabilities
 from pipeline.splits import load_split
 from pipeline.task import encode_train_indexed
-from pipeline.tfidf import fold_jobs, out_of_fold
+from pipeline.tfidf import FOLDS, fold_jobs, out_of_fold
 from pipeline.transfer_texts import CORPUS, labelled_texts, transfer_texts
 
 
@@ -65,42 +65,44 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
-    task, ensemble = params.task, params.soft_targets.tfidf
+    task, seed = params.task, params.train.seed
+    ensemble = {"folds": FOLDS, "extra_task": task.intermediate, "seed": seed}  # what baseline_oof fits with
     data = args.root / "data" / "prepared"
     tok = load_tokenizer(args.root / "models" / "tokenizer" / "tokenizer.json")
     train, val, scored = (load_split(data, task, s) for s in ("train", "val", args.split))
-    extra = None if ensemble.extra_task == "none" else load_split(data, dataclasses.replace(task, name=ensemble.extra_task), "train")
+    extra = None if task.intermediate == "none" else load_split(
+        data, dataclasses.replace(task, name=task.intermediate, intermediate="none"), "train")
     teacher, _, head_cfg = load_model(args.root / "models" / "finetune" / "model.safetensors")
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
     texts = transfer_texts(read_table(data / CORPUS, ["text"])["text"].tolist(), labelled_texts(data),
-                           dataclasses.replace(params.transfer_set, rows=max(args.transfer_rows)))
+                           max(args.transfer_rows), seed)
     start = time.perf_counter()
-    oof, transfer_oof = out_of_fold(params.baseline, train, extra, ensemble.folds, ensemble.seed,
-                                    fold_jobs(ensemble.folds + 1), texts)
+    oof, transfer_oof = out_of_fold(params.baseline, train, extra, FOLDS, seed, fold_jobs(FOLDS + 1), texts)
     oof_seconds = time.perf_counter() - start
     transfer_df = pd.DataFrame({"text": pd.Series(texts, dtype=str), "label": UNLABELLED})
     transfer, _, transfer_index = encode_train_indexed(tok, transfer_df, task)
-    transfer_teacher = score_teacher(teacher, transfer, "teacher logits, transfer set", params.finetune.precision)
+    transfer_teacher = score_teacher(teacher, transfer, "teacher logits, transfer set", params.train.precision)
     val_fn, score_fn = validation(tok, val, task), validation(tok, scored, task)
     y = scored["label"].to_numpy()
     rows = []
     lengths = args.epochs or [params.distill.epochs]
     arms = [(share, n, e) for share in args.shares for n in args.transfer_rows for e in lengths]
     oof_logp, transfer_oof_logp = log_probabilities(oof), log_probabilities(transfer_oof)  # the same for every arm
-    for seed in args.seeds:
+    for student_seed in args.seeds:
+        shared = dataclasses.replace(params.train, seed=student_seed)
         for share, n, epochs in arms:
-            cfg = dataclasses.replace(params.distill, seed=seed, epochs=epochs)
+            cfg = dataclasses.replace(params.distill, epochs=epochs)
             shares = {"teacher": 1.0 - share, "tfidf": share}  # as the soft_targets stage mixes them
             targets = combine(shares, {"teacher": teacher_logits, "tfidf": oof_logp[text_index]})
             keep = transfer_index < n  # the rows of the first n texts
             extra_targets = combine(shares, {"teacher": transfer_teacher[keep], "tfidf": transfer_oof_logp[transfer_index[keep]]})
             train_rows, all_targets = with_transfer((sequences, labels), targets,
                                                     [t for t, k in zip(transfer, keep, strict=True) if k], extra_targets)
-            student, metrics = distill(cfg, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
+            student, metrics = distill(cfg, shared, teacher, head_cfg, params.student_config(tok.get_vocab_size()),
                                        train_rows, all_targets, val_fn, NullTracker())
             accuracy = float((score_fn[0](student).argmax(axis=1) == y).mean())
-            rows.append({"seed": seed, "share": share, "transfer_rows": n, "epochs": epochs, "accuracy": accuracy,
+            rows.append({"seed": student_seed, "share": share, "transfer_rows": n, "epochs": epochs, "accuracy": accuracy,
                          "val_accuracy": metrics["val_accuracy"], "steps": metrics["steps"],
                          "train_seconds": metrics["train_seconds"],
                          "soft_target_train_accuracy": float((targets.argmax(axis=1) == labels).mean())})
@@ -116,7 +118,7 @@ def main() -> None:
             print("| " + " | ".join(map(str, arm)) + " | " + " | ".join(f"{100 * acc[arm][s]:.2f}" for s in args.seeds)
                   + f" | {100 * np.mean(list(acc[arm].values())):.2f} | {gain:+.2f} |")
     record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
-              "split": args.split, "ensemble": dataclasses.asdict(ensemble), "oof_seconds": oof_seconds,
+              "split": args.split, "ensemble": ensemble, "oof_seconds": oof_seconds,
               "distill": {"epochs": lengths, "time_budget_min": params.distill.time_budget_min},
               "transfer_set": dataclasses.asdict(params.transfer_set),
               "oof_accuracy": float((oof.argmax(axis=1) == train["label"].to_numpy()).mean()), "runs": rows}

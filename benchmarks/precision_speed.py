@@ -68,7 +68,7 @@ def main() -> None:
     params = load_params(ROOT / "params.yaml")
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
-    fine, dis = params.finetune, params.distill
+    fine, dis, shared = params.finetune, params.distill, params.train
     head = ClassifierConfig(pooling=fine.pooling)  # every classifier here: the teacher's head, and the student's
 
     def rows(name: str, max_length: int) -> tuple[list[list[int]], np.ndarray]:
@@ -97,18 +97,19 @@ def main() -> None:
                 continue
             if kind == "classify":
                 model = build_classifier(model_cfg, head)
-                batches, loss_fn, optim = labelled_stream(data[0], data[1], 32, 0), classify_step, fine.optim
+                batches, loss_fn, optim = labelled_stream(data[0], data[1], 32, 0), classify_step, shared.optim(fine.lr, fine.warmup_ratio)
             elif kind == "distill":
                 teacher = build_classifier(model_cfg, head).eval()
                 student = build_classifier(params.student_config(tok.get_vocab_size()), head)
                 init_student_from_teacher(student, teacher)
                 model = Distiller(student, teacher, dis.hidden_weight, dis.attention_weight)
                 targets = np.concatenate([data[1][:, None], np.zeros((len(data[1]), 2))], axis=1).astype(np.float32)
-                batches, optim = labelled_stream(data[0], targets, dis.batch_size, 0), dis.optim
+                batches, optim = labelled_stream(data[0], targets, dis.batch_size, 0), shared.optim(dis.lr, dis.warmup_ratio)
                 loss_fn = functools.partial(kd_step, temperature=dis.temperature, alpha=dis.alpha)
             else:
                 model = build_mlm(model_cfg)
-                batches, loss_fn, optim = pretraining.batch_stream(data, pre, model_cfg.vocab_size), pretraining.mlm_step, pre.optim
+                batches, loss_fn = pretraining.batch_stream(data, pre, model_cfg.vocab_size, shared.seed), pretraining.mlm_step
+                optim = shared.optim(pre.lr, pre.warmup_ratio)
             row[precision] = step_seconds(model, batches, loss_fn, optim, precision, args.steps)
         row["bf16_over_fp32"] = row["bf16"] / row["fp32"]
         results.append(row)

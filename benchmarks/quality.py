@@ -14,7 +14,7 @@ allocated memory. ``--calibrate-steps N`` times N pretraining steps first and se
 ``pretrain.max_steps`` so that the LR schedule ends when ``pretrain.time_budget_min`` does;
 ``--deadline`` (Unix seconds) shrinks the time budgets so the whole run ends before it.
 
-    python benchmarks/quality.py --tag bf16-prenorm -S pretrain.precision=bf16 --scratch
+    python benchmarks/quality.py --tag bf16-prenorm -S train.precision=bf16 --scratch
     python benchmarks/quality.py --profile profiles/gpu.yaml --threads 8 --calibrate-steps 100 --out gpu.json
 """
 
@@ -87,13 +87,13 @@ def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, cor
     """Mean wall seconds of a pretraining step, timed over ``steps`` steps of a throwaway model on
     real corpus batches: the first half (kernel loading, allocator warm-up, first sight of each batch shape) left out, and the slowest
     5 % of the rest (one-off stalls) trimmed."""
-    cfg = params.pretrain
+    cfg, shared = params.pretrain, params.train
     skip = steps // 2  # on a GPU, each new batch shape is slow once: 100 steps timed from step 10 gave 60 ms, the run 20 ms
-    sequences = pretraining.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size * cfg.accumulate,
-                                         cfg.seed + 1)
+    sequences = pretraining.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size, shared.seed + 1)
     model = build_mlm(model_cfg).to(World().device())
-    gaps = step_gaps(model, pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size), pretraining.mlm_step, cfg.optim,
-                     LoopConfig(max_steps=steps, accumulate=cfg.accumulate, precision=cfg.precision), synchronized_clock)
+    gaps = step_gaps(model, pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size, shared.seed), pretraining.mlm_step,
+                     shared.optim(cfg.lr, cfg.warmup_ratio), LoopConfig(max_steps=steps, precision=shared.precision),
+                     synchronized_clock)
     del model
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -117,7 +117,7 @@ def with_budgets(params: Params, pretrain_min: float | None = None, max_steps: i
 def finetune_minutes(params: Params) -> float:
     """The fine-tuning phases' time budgets together (transfer only when it is on); inf if unbounded."""
     fine = params.finetune
-    parts = [fine.time_budget_min] + ([fine.transfer.time_budget_min] if fine.transfer.task != "none" else [])
+    parts = [fine.time_budget_min] + ([fine.transfer.time_budget_min] if params.task.intermediate != "none" else [])
     return float("inf") if None in parts else float(sum(parts))
 
 
@@ -144,7 +144,7 @@ def pretrain_throughput(history: RecordingTracker, metrics: dict, params: Params
     model FLOPs per token, and MFU against ``peak_tflops`` and the measured H200 matmul rate."""
     rates = [v for _, v in history.series("tokens_per_s")]
     cfg = params.pretrain
-    examples = metrics["steps"] * cfg.batch_size * cfg.accumulate
+    examples = metrics["steps"] * cfg.batch_size
     mean_length = metrics["approx_tokens_seen"] / max(examples, 1)
     out: dict = {"tokens_per_s_mean": float(np.mean(rates)) if rates else None,  # None: JSON null, never NaN
                  "tokens_per_s_after_first_window": float(np.mean(rates[1:])) if len(rates) > 1 else None,
@@ -241,7 +241,8 @@ def main() -> None:
             torch.cuda.reset_peak_memory_stats()
         history = RecordingTracker()
         mark = time.perf_counter()
-        mlm, record["pretrain"] = pretraining.run(params.pretrain, model_cfg, tok, corpus, PrintingTracker(history, "pretrain"))
+        mlm, record["pretrain"] = pretraining.run(params.pretrain, params.train, model_cfg, tok, corpus,
+                                                  PrintingTracker(history, "pretrain"))
         seconds["pretrain"] = time.perf_counter() - mark
         record["pretrain_throughput"] = pretrain_throughput(history, record["pretrain"], params, model_cfg, args.peak_tflops)
         if device.type == "cuda":

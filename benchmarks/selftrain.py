@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
-    cfg, task = params.finetune, params.task
+    cfg, shared, task = params.finetune, params.train, params.task
     tok = load_tokenizer(args.tokenizer)
     train = encode_train(tok, load_split(args.data, task, "train"), task)
     val = validation(tok, load_split(args.data, task, "val"), task)
@@ -87,13 +87,13 @@ def main() -> None:
     head = ClassifierConfig(2, cfg.pooling, cfg.dropout)
     teacher_path, imdb_path = args.work / "teacher.safetensors", args.work / "teacher_imdb.safetensors"
     if not teacher_path.exists():
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(shared.seed)
         mlm, model_cfg, _ = load_model(args.encoder)
         teacher = build(cfg, model_cfg, mlm.backbone)
         tracker = PrintingTracker(NullTracker(), "teacher")
-        teacher, transfer = transfer_phase(teacher, cfg, task, tok, transfer_splits(cfg, task, args.data), tracker)
+        teacher, transfer = transfer_phase(teacher, cfg, shared, task, tok, transfer_splits(cfg, task, args.data), tracker)
         save_model(teacher, model_cfg, imdb_path, head)
-        teacher, metrics = train_classifier(teacher, finetune_loop(cfg), train, val, tracker)
+        teacher, metrics = train_classifier(teacher, finetune_loop(cfg, shared), train, val, tracker)
         save_model(teacher, model_cfg, teacher_path, head)
         note(teacher_val=metrics["val_accuracy"], teacher_train_s=metrics["train_seconds"] + transfer["transfer_train_seconds"])
     teacher, model_cfg, _ = load_model(teacher_path)
@@ -120,18 +120,18 @@ def main() -> None:
          pseudo_agree_with_review=float((pred[rows] == review_labels[rows]).mean()) if len(rows) else None)
     pseudo = ([ids[i] for i in rows], pred[rows])
 
-    torch.manual_seed(cfg.seed + 1)
+    torch.manual_seed(shared.seed + 1)
     student, _, _ = load_model(imdb_path)
     tracker = PrintingTracker(NullTracker(), "student")
     if args.mix:
         mixed = (train[0] + pseudo[0], np.concatenate([train[1], pseudo[1]]))
-        student, metrics = train_classifier(student.train(), finetune_loop(cfg), mixed, val, tracker)
+        student, metrics = train_classifier(student.train(), finetune_loop(cfg, shared), mixed, val, tracker)
         note(student_val=metrics["val_accuracy"], student_train_s=metrics["train_seconds"], student_steps=metrics["steps"])
     else:
         phase = dataclasses.replace(cfg, epochs=args.pseudo_epochs, time_budget_min=None)
-        student, metrics = train_classifier(student.train(), finetune_loop(phase), pseudo, val, tracker, name="pseudo")
+        student, metrics = train_classifier(student.train(), finetune_loop(phase, shared), pseudo, val, tracker, name="pseudo")
         note(pseudo_val=metrics["val_accuracy"], pseudo_train_s=metrics["train_seconds"], pseudo_dev=dev(student))
-        student, metrics = train_classifier(student.train(), finetune_loop(cfg), train, val, tracker)
+        student, metrics = train_classifier(student.train(), finetune_loop(cfg, shared), train, val, tracker)
         note(student_val=metrics["val_accuracy"], student_train_s=metrics["train_seconds"])
     note(student_dev=dev(student), total_s=time.perf_counter() - start)
     results = ROOT / "benchmarks" / "results" / "selftrain.jsonl"

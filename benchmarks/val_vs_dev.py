@@ -2,7 +2,7 @@
 best-on-validation checkpoint (what ``finetune`` and ``distill`` keep) beat the last one there?
 
 Fine-tunes the task's classifier from ``--pretrained`` (the task alone: no transfer phase) with the
-params file's ``finetune`` section; at every ``--eval-every`` steps scores the validation split
+params file's ``finetune`` and ``train`` sections; at every ``--eval-every`` steps scores the validation split
 and the test split of record. Per seed: the two curves, their correlation, and test accuracy at
 the best-validation evaluation and at the last. Appends one JSON line a seed to
 benchmarks/results/val_vs_dev.jsonl (and prints a table).
@@ -36,7 +36,7 @@ from pipeline.teacher import build, finetune_loop
 
 
 def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int) -> dict:
-    cfg = dataclasses.replace(params.finetune, seed=seed, eval_every=args.eval_every)
+    cfg, shared = params.finetune, dataclasses.replace(params.train, seed=seed, eval_every=args.eval_every)
     torch.manual_seed(seed)
     mlm, model_cfg, _ = load_model(args.pretrained)
     model = build(cfg, model_cfg, mlm.backbone)
@@ -50,7 +50,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
         return logits
 
     start = time.perf_counter()
-    _, metrics = train_classifier(model, finetune_loop(cfg), data.train, Validation(both, val_labels, val_tokens), NullTracker())
+    _, metrics = train_classifier(model, finetune_loop(cfg, shared), data.train, Validation(both, val_labels, val_tokens), NullTracker())
     best = int(np.argmax([c["val"] for c in curve]))  # the first maximum, as train_classifier keeps
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.task.name, "seed": seed,
@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
-    data = TaskData(params, load_tokenizer(args.tokenizer), args.data, params.finetune.precision)  # encoded once
+    data = TaskData(params, load_tokenizer(args.tokenizer), args.data, params.train.precision)  # encoded once
     print("| seed | val / test at each evaluation | best val at step | test there | test at the last | correlation |")
     print("|---|---|---|---|---|---|")
     for seed in args.seeds:

@@ -24,6 +24,9 @@ from minibert.tokenizer import CLS, SEP, encodable
 from pipeline.attention_plots import attention_grid_chart, attention_head_chart, head_statistics_chart
 from pipeline.io import DataError
 
+HEAD_ROWS = 256  # test rows the per-head statistics average over
+LEXICON_SIZE = 100  # the baseline's top-|weight| unigrams: the "sentiment words" heads are scored on
+
 
 def sentiment_lexicon(baseline: object, size: int) -> set[str]:
     """The ``size`` single words with the largest |weight| in a fitted TF-IDF + LR pipeline."""

@@ -16,6 +16,10 @@ import pandas as pd
 
 from pipeline.plots import new_figure, save_png
 
+SENTENCES = (  # drawn head by head (plots/attention/sentence_<i>.png, and the report)
+    "a gripping , beautifully acted film that never lets go .",
+    "the plot is dull and the jokes fall flat .",
+)
 STATISTIC_TITLES = {
     "next_token": "to the next token",
     "previous_token": "to the previous token",

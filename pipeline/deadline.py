@@ -42,6 +42,7 @@ PHASES = ("pretrain", "transfer", "finetune", "cnn", "distill")  # the budgeted 
 # Of the work outside the loops, the part done before each loop starts: the default pipeline's, measured
 # over its runs on three CPU kinds (benchmarks/JOURNAL.md); not a setting.
 SHARE_BEFORE = {"pretrain": 0.19, "transfer": 0.22, "finetune": 0.24, "cnn": 0.77, "distill": 0.87}
+FLOOR = 0.25  # the least share of its planned budget a training loop keeps, however late the run
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,10 @@ def plan_for(params: Params, started: float) -> Plan | None:
     minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
                "distill": None if params.distill.time_budget_min is None else params.distill.time_budget_min * params.distill.soup,
                "cnn": params.cnn.time_budget_min if params.soft_targets.shares.word_cnn > 0 else None,
-               "transfer": params.finetune.transfer.time_budget_min if params.finetune.transfer.task != "none" else None}
+               "transfer": params.finetune.transfer.time_budget_min if params.task.intermediate != "none" else None}
     return Plan(started=started, deadline=started + cfg.minutes * 60.0,
                 budgets={p: minutes[p] * 60.0 for p in PHASES if minutes[p] is not None},
-                share_before=dict(SHARE_BEFORE), floor=cfg.floor)
+                share_before=dict(SHARE_BEFORE), floor=FLOOR)
 
 
 def read_plan(path: Path) -> Plan:

@@ -28,22 +28,22 @@ from minibert.trainer import Tracker
 from pipeline.classifier_loop import ClassifierLoop, PrefixedTracker, train_classifier
 from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
-from pipeline.params import DistillParams
+from pipeline.params import DistillParams, TrainParams
 from pipeline.scoring import Validation
 
 
 def distill_transformer(
-    cfg: DistillParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig,
+    cfg: DistillParams, shared: TrainParams, teacher: SequenceClassifier, head_cfg: ClassifierConfig, student_cfg: ModelConfig,
     train: tuple[list[list[int]], np.ndarray], teacher_logits: np.ndarray, val: Validation, tracker: Tracker,
 ) -> tuple[SequenceClassifier, dict]:
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(shared.seed)
     student = build_classifier(student_cfg, head_cfg)
     copied = init_student_from_teacher(student, teacher)
     distiller = Distiller(student, teacher, cfg.hidden_weight, cfg.attention_weight)
 
     # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
     distiller, metrics = train_classifier(
-        distiller, loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], teacher_logits)), val, tracker, name="distill",
+        distiller, loop_config(cfg, shared, len(train[0])), (train[0], kd_targets(train[1], teacher_logits)), val, tracker, name="distill",
         step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
     )
     student = distiller.student.eval()
@@ -57,15 +57,16 @@ def distill_transformer(
     return student, metrics
 
 
-def run_word_cnn(cfg: DistillParams, student: TextCNN, train: tuple[list[list[int]], np.ndarray], targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
+def run_word_cnn(cfg: DistillParams, shared: TrainParams, student: TextCNN, train: tuple[list[list[int]], np.ndarray],
+                 targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
                  phase: str | None = "distill") -> tuple[TextCNN, dict]:
     """``distill.student_kind: word_cnn``: the cnn stage's ``student`` trained on further on the soft targets
     (its own logits among them at ``soft_targets.word_cnn``), with the KD loss, loop and selection of ``distill_transformer``;
     its n-gram bag, if any, at ``bag_lr`` times the learning rate (``cnn.bag_lr_scale``). ``phase``: the
     deadline's loop (None: ``cfg.time_budget_min`` as it is, a soup member's share)."""
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(shared.seed)
     distiller, metrics = train_classifier(
-        LogitDistiller(student.train()), loop_config(cfg, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
+        LogitDistiller(student.train()), loop_config(cfg, shared, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
         tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase=phase,
         lr_scale=bag_lr_scale(bag_lr),
     )
@@ -75,17 +76,17 @@ def run_word_cnn(cfg: DistillParams, student: TextCNN, train: tuple[list[list[in
     return student, metrics
 
 
-def run_soup(cfg: DistillParams, cnn_model: Path, train: tuple[list[list[int]], np.ndarray],
+def run_soup(cfg: DistillParams, shared: TrainParams, cnn_model: Path, train: tuple[list[list[int]], np.ndarray],
              targets: np.ndarray, val: Validation, tracker: Tracker, bag_lr: float = 1.0,
              others_tracker: Tracker | None = None) -> tuple[TextCNN, TextCNNConfig, dict]:
-    """``distill.soup`` word-CNN students, each from ``cnn_model`` with seed ``cfg.seed + i`` (its data order and
+    """``distill.soup`` word-CNN students, each from ``cnn_model`` with seed ``shared.seed + i`` (its data order and
     dropout), their weights averaged (``minibert.soup``). The deadline gives the soup one budget (each member's
     cap times ``soup``), shared evenly; member 0 logs to ``tracker`` as a lone student would (the curves), member
     i to ``others_tracker`` (default ``tracker``) with ``soup{i}_`` names.
     Metrics: the soup's validation, each member's, and the members' training seconds summed."""
     cnn, cnn_cfg = load_textcnn(cnn_model)
     if cfg.soup == 1:
-        student, metrics = run_word_cnn(cfg, cnn, train, targets, val, tracker, bag_lr)
+        student, metrics = run_word_cnn(cfg, shared, cnn, train, targets, val, tracker, bag_lr)
         return student, cnn_cfg, metrics
     budget, budget_metrics = budget_s("distill", None if cfg.time_budget_min is None else cfg.time_budget_min * cfg.soup)
     each = dataclasses.replace(cfg, time_budget_min=None if budget is None else budget / 60.0 / cfg.soup)
@@ -93,7 +94,7 @@ def run_soup(cfg: DistillParams, cnn_model: Path, train: tuple[list[list[int]], 
     members, runs = [], []
     for i in range(cfg.soup):
         start = cnn if i == 0 else copy.deepcopy(initial)
-        student, metrics = run_word_cnn(dataclasses.replace(each, seed=cfg.seed + i), start, train, targets, val,
+        student, metrics = run_word_cnn(each, dataclasses.replace(shared, seed=shared.seed + i), start, train, targets, val,
                                         tracker if i == 0 else PrefixedTracker(others_tracker or tracker, f"soup{i}_"), bag_lr,
                                         phase=None)
         members.append(student)
@@ -108,10 +109,12 @@ def run_soup(cfg: DistillParams, cnn_model: Path, train: tuple[list[list[int]], 
     return soup, cnn_cfg, metrics
 
 
-def loop_config(cfg: DistillParams, rows: int) -> ClassifierLoop:
-    """The classifier loop as the ``distill`` section sets it (fp32, no seed techniques); validation twice an epoch."""
-    return ClassifierLoop(section="distill", seed=cfg.seed, batch_size=cfg.batch_size, epochs=cfg.epochs,
-                          time_budget_min=cfg.time_budget_min, optim=cfg.optim, log_every=cfg.log_every,
+def loop_config(cfg: DistillParams, shared: TrainParams, rows: int) -> ClassifierLoop:
+    """The classifier loop as the ``distill`` and ``train`` sections set it (fp32, no seed techniques); validation
+    twice an epoch."""
+    return ClassifierLoop(section="distill", seed=shared.seed, batch_size=cfg.batch_size, epochs=cfg.epochs,
+                          time_budget_min=cfg.time_budget_min, optim=shared.optim(cfg.lr, cfg.warmup_ratio),
+                          log_every=shared.log_every,
                           eval_every=max(1, rows // cfg.batch_size // 2))
 
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+LATENCY_ROWS = 64  # texts timed one at a time for p50 / p95 single-text latency (evaluate, promote)
+
 
 def classification_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
     """Accuracy and binary F1 (positive class 1) of argmax predictions."""

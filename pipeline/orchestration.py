@@ -35,7 +35,7 @@ def fetch_data(data: DataParams) -> None:
         return
     from pipeline.hub import fetch_all
 
-    fetch_all(RAW, data.sst2_hub_id, data.imdb_hub_id, data.hub_revision)
+    fetch_all(RAW, revision=data.hub_revision)
     subprocess.run(["dvc", "add", "--quiet", str(RAW / "sst2"), str(RAW / "imdb")], check=True, env=tool_env())
 
 

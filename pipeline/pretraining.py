@@ -6,9 +6,10 @@ seen (80/10/10). The MLM head runs in sparse mode: vocabulary logits only at mas
 positions. With ``embedding_init: ppmi_svd`` the word embeddings (and so the tied decoder) start
 from PPMI + SVD vectors counted over the whole corpus (``minibert.embedding_init``), which is
 then encoded once for both; otherwise only as many documents are encoded as ``max_steps``
-batches need. With ``mlm_bias_init: unigram`` the decoder bias starts at the corpus's log unigram
-frequencies, so the encoder never collapses onto the unigram plateau (``minibert.embedding_init``).
-A held-out slice of sequences, masked once with a fixed seed, gives the masked-token accuracy, the
+batches need. The decoder bias starts at the corpus's log unigram frequencies (``bias_init="zeros"``
+only for the ablation that shows why), so the encoder never collapses onto the unigram plateau
+(``minibert.embedding_init``).
+A held-out slice of ``EVAL_ROWS`` sequences, masked once with a fixed seed, gives the masked-token accuracy, the
 loss and the final states' spread reported at the end; a collapsed encoder gets a warning and
 ``collapsed: true`` in the metrics.
 """
@@ -32,17 +33,18 @@ from minibert.embedding_init import ppmi_svd, set_token_embeddings, unigram_log_
 from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
-from minibert.model import MaskedLM, build_mlm, set_gradient_checkpointing
+from minibert.model import MaskedLM, build_mlm
 from minibert.spread import token_deviation
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
-from minibert.train_config import LoopConfig
+from minibert.train_config import LoopConfig, PPMIConfig
 from minibert.trainer import Checkpointer, Hooks, LoopResult, Tracker, fit
 from pipeline.deadline import budget_s, record_trained
-from pipeline.params import PretrainParams
+from pipeline.params import PretrainParams, TrainParams
 from pipeline.progress import progress_bar
 from pipeline.task import encode_documents
 
 COLLAPSED_SPREAD = 0.01  # token_spread below this: the final states no longer tell tokens apart (fresh: ~0.7)
+EVAL_ROWS = 512  # held-out sequences for masked-token accuracy (at most half the corpus's)
 
 
 def build_sequences(
@@ -66,11 +68,11 @@ def build_sequences(
     return sequences
 
 
-def corpus_embeddings(encoded: Sequence[Sequence[int]], vocab_size: int, dim: int, cfg: PretrainParams) -> tuple[Tensor, Tensor, dict]:
-    """PPMI + SVD word vectors over every encoded corpus document: (ids, vectors, metrics)."""
+def corpus_embeddings(encoded: Sequence[Sequence[int]], vocab_size: int, dim: int, seed: int) -> tuple[Tensor, Tensor, dict]:
+    """PPMI + SVD word vectors over every encoded corpus document, for every token id: (ids, vectors, metrics)."""
     start = time.perf_counter()
     docs = [np.asarray(ids, dtype=np.int64) for ids in encoded]
-    ids, vectors = ppmi_svd(docs, vocab_size, dim, cfg.ppmi, seed=cfg.seed)
+    ids, vectors = ppmi_svd(docs, vocab_size, dim, PPMIConfig(max_tokens=vocab_size), seed=seed)
     return ids, vectors, {"ppmi_seconds": time.perf_counter() - start, "ppmi_tokens": int(sum(len(d) for d in docs)),
                           "ppmi_vocab": len(ids)}
 
@@ -88,12 +90,13 @@ def masked_batch(seqs: list[list[int]], cfg: PretrainParams, vocab_size: int, ge
     return masked, mask, positions, flat[positions]
 
 
-def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int, world: World | None = None) -> EpochStream:
+def batch_stream(sequences: list[list[int]], cfg: PretrainParams, vocab_size: int, seed: int,
+                 world: World | None = None) -> EpochStream:
     """Endless length-bucketed, freshly masked batches; a new shuffle every epoch; resumable.
     Under torchrun, this rank's share of each batch, masked with a generator of its own."""
     world = world or World()
     return EpochStream(
-        [len(s) for s in sequences], cfg.batch_size, cfg.seed,
+        [len(s) for s in sequences], cfg.batch_size, seed,
         lambda index, gen: masked_batch([sequences[i] for i in index], cfg, vocab_size, gen),
         shard=(world.rank, world.size),
     )
@@ -123,37 +126,38 @@ def evaluate_mlm(model: MaskedLM, batches: list[tuple[Tensor, ...]]) -> dict[str
 
 
 def run(
-    cfg: PretrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker,
-    checkpointer: Checkpointer | None = None, world: World | None = None,
+    cfg: PretrainParams, shared: TrainParams, model_cfg: ModelConfig, tok: Tokenizer, texts: list[str], tracker: Tracker,
+    checkpointer: Checkpointer | None = None, world: World | None = None, bias_init: str = "unigram",
 ) -> tuple[MaskedLM, dict]:
     """Pretrain; with a ``checkpointer``, a killed run resumes where its last checkpoint left off.
-    Under torchrun (``world``) each rank trains on its share of every batch of ``cfg.batch_size``."""
+    Under torchrun (``world``) each rank trains on its share of every batch of ``cfg.batch_size``.
+    ``bias_init``: unigram (the decoder bias at log unigram frequencies) | zeros (the ablation: it collapses)."""
     world = world or World()
     world.check_batch(cfg.batch_size, "pretrain.batch_size")
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(shared.seed)
     if cfg.max_length > model_cfg.max_positions:
         raise ValueError(f"pretrain.max_length {cfg.max_length} exceeds model max_positions {model_cfg.max_positions}")
-    needed = cfg.max_steps * cfg.batch_size * cfg.accumulate + cfg.eval_rows
-    counted = cfg.embedding_init == "ppmi_svd" or cfg.mlm_bias_init == "unigram"
+    needed = cfg.max_steps * cfg.batch_size + EVAL_ROWS
+    counted = cfg.embedding_init == "ppmi_svd" or bias_init == "unigram"
     encoded = encode_documents(tok, texts) if counted else None  # all of it, once
-    sequences = build_sequences(tok, texts, cfg.max_length, needed, cfg.seed, encoded)
-    if len(sequences) <= cfg.eval_rows:
-        raise ValueError(f"corpus gives {len(sequences)} sequences; need more than pretrain.eval_rows={cfg.eval_rows}")
-    held_out, train = sequences[: cfg.eval_rows], sequences[cfg.eval_rows :]
-    eval_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    sequences = build_sequences(tok, texts, cfg.max_length, needed, shared.seed, encoded)
+    eval_rows = min(EVAL_ROWS, len(sequences) // 2)
+    if eval_rows < 1:
+        raise ValueError(f"corpus gives {len(sequences)} sequences; pretraining needs at least 2 (one held out)")
+    held_out, train = sequences[:eval_rows], sequences[eval_rows:]
+    eval_gen = torch.Generator().manual_seed(shared.seed + 1)
     eval_batches = [masked_batch([held_out[i] for i in idx], cfg, model_cfg.vocab_size, eval_gen)
                     for idx in sorted_batches([len(s) for s in held_out], cfg.batch_size)]
     model = build_mlm(model_cfg)
     init_metrics: dict = {}
     docs = [np.asarray(ids, dtype=np.int64) for ids in encoded] if encoded is not None else []  # converted once, for both
     if cfg.embedding_init == "ppmi_svd":
-        ids, vectors, init_metrics = corpus_embeddings(docs, tok.get_vocab_size(), model_cfg.hidden_size, cfg)
+        ids, vectors, init_metrics = corpus_embeddings(docs, tok.get_vocab_size(), model_cfg.hidden_size, shared.seed)
         set_token_embeddings(model.backbone.embeddings.tokens, ids, vectors)
-    if cfg.mlm_bias_init == "unigram":  # the decoder starts at the unigram solution: nothing to gain by collapsing
+    if bias_init == "unigram":  # the decoder starts at the unigram solution: nothing to gain by collapsing
         with torch.no_grad():
             model.head.bias.copy_(unigram_log_probs(docs, model_cfg.vocab_size))
     model.to(world.device())  # this rank's GPU when there is one, else the CPU
-    set_gradient_checkpointing(model, cfg.gradient_checkpointing)
     trained = torch.compile(model, dynamic=True) if cfg.compile else model  # shares parameters with ``model``
     budget, budget_metrics = budget_s("pretrain", cfg.time_budget_min)  # shrunk when the pipeline runs behind
     if cfg.max_steps == 0:  # no MLM steps: the encoder is its initialisation (count-based vectors, if asked for)
@@ -165,10 +169,10 @@ def run(
     else:
         with progress_bar(cfg.max_steps, "pretrain") as bar:
             result = fit(
-                trained, batch_stream(train, cfg, model_cfg.vocab_size, world), mlm_step, cfg.optim,
-                LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=cfg.log_every,
-                           eval_every=cfg.eval_every, accumulate=cfg.accumulate, precision=cfg.precision,
-                           checkpoint_every=cfg.checkpoint_every),
+                trained, batch_stream(train, cfg, model_cfg.vocab_size, shared.seed, world), mlm_step,
+                shared.optim(cfg.lr, cfg.warmup_ratio),
+                LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=shared.log_every,
+                           eval_every=cfg.eval_every, precision=shared.precision, checkpoint_every=cfg.checkpoint_every),
                 tracker, Hooks(evaluate=lambda m: evaluate_mlm(m, eval_batches), progress=bar,
                                evaluate_tokens=sum(int(b[1].sum()) for b in eval_batches)),
                 checkpointer, world,
@@ -179,9 +183,9 @@ def run(
     collapsed = final["token_spread"] < COLLAPSED_SPREAD
     if collapsed:
         warnings.warn(f"pretrain: the encoder collapsed (token_spread {final['token_spread']:.2g} < {COLLAPSED_SPREAD}): every "
-                      "token gets about the same final state, and fine-tuning from it starts at chance. Set "
-                      "pretrain.mlm_bias_init: unigram, or lower pretrain.optim.lr", stacklevel=2)
-    examples = result.steps * cfg.batch_size * cfg.accumulate
+                      "token gets about the same final state, and fine-tuning from it starts at chance. Lower "
+                      "pretrain.lr", stacklevel=2)
+    examples = result.steps * cfg.batch_size
     tokens_seen = examples * float(np.mean([len(s) for s in train]))
     metrics = {
         **final,

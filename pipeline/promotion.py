@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.io import DataError
-from pipeline.metrics import classification_metrics, percentiles_ms
+from pipeline.metrics import LATENCY_ROWS, classification_metrics, percentiles_ms
 from pipeline.params import Params, PromoteParams
 from pipeline.splits import load_split
 
@@ -67,7 +67,7 @@ def decide(challenger: Scores, champion: Scores | None, cfg: PromoteParams) -> D
 Predict = Callable[[pd.DataFrame], pd.DataFrame]  # a pyfunc's predict: DataFrame(text) -> DataFrame(label, ...)
 
 
-def score(version: str, predict: Predict, test: pd.DataFrame, latency_rows: int) -> Scores:
+def score(version: str, predict: Predict, test: pd.DataFrame, latency_rows: int = LATENCY_ROWS) -> Scores:
     """Accuracy of a served model on ``test`` (text, label) and its single-text p50 latency."""
     out = predict(test[["text"]])
     if "label" not in out.columns or len(out) != len(test):
@@ -107,9 +107,9 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
         raise DataError(f"model {model_name!r} has no {CHALLENGER!r} alias; register one (dvc repro) or pass --version")
     with registry_lock(root):
         champion_version = tracking.alias_version(model_name, CHAMPION)
-        challenger = score(version, tracking.served_predict(f"models:/{model_name}/{version}"), test, cfg.latency_rows)
+        challenger = score(version, tracking.served_predict(f"models:/{model_name}/{version}"), test)
         champion = None if champion_version is None else score(
-            champion_version, tracking.served_predict(f"models:/{model_name}/{champion_version}"), test, cfg.latency_rows)
+            champion_version, tracking.served_predict(f"models:/{model_name}/{champion_version}"), test)
         decision = decide(challenger, champion, cfg)
         tags = {"promotion.decision": "promoted" if decision.promote else "refused", "promotion.reason": decision.reason,
                 "promotion.accuracy": f"{challenger.accuracy:.4f}", "promotion.champion_version": champion_version or ""}

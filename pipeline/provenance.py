@@ -123,7 +123,7 @@ def _params_of(entry_of_stage: dict, stage: str, root: Path) -> tuple[str, ...]:
             keys.append(entry)
         else:
             raise ConfigError(f"{root / 'dvc.yaml'}: stage {stage!r} params entry {entry!r}: name keys of params.yaml "
-                              "only (a section such as `finetune` or a dotted key such as `finetune.precision`)")
+                              "only (a section such as `finetune` or a dotted key such as `train.precision`)")
     return tuple(keys)
 
 

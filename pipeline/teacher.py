@@ -1,6 +1,6 @@
-"""The teacher's recipe: a classifier on the pretrained encoder, an optional intermediate task first
-(STILTs: IMDb reviews before SST-2). The ``finetune`` stage trains it; benchmarks build the same
-teacher through these functions.
+"""The teacher's recipe: a classifier on the pretrained encoder, one epoch on an intermediate task first
+(``task.intermediate``, STILTs: IMDb reviews before SST-2). The ``finetune`` stage trains it; benchmarks
+build the same teacher through these functions.
 """
 
 from __future__ import annotations
@@ -16,47 +16,52 @@ from minibert.distributed import World
 from minibert.model import Backbone, SequenceClassifier, build_classifier
 from minibert.trainer import Tracker
 from pipeline.classifier_loop import ClassifierLoop, PrefixedTracker, train_classifier
-from pipeline.params import FinetuneParams, TaskParams, TransferParams
+from pipeline.params import FinetuneParams, TaskParams, TrainParams
 from pipeline.scoring import validation
 from pipeline.splits import load_split, split_path
 from pipeline.task import encode_train
 
+TRANSFER_EPOCHS = 1.0  # passes over the intermediate task's training rows
 
-def finetune_loop(cfg: FinetuneParams) -> ClassifierLoop:
-    """The classifier loop as the ``finetune`` section sets it."""
+
+def finetune_loop(cfg: FinetuneParams, shared: TrainParams) -> ClassifierLoop:
+    """The classifier loop as the ``finetune`` and ``train`` sections set it."""
     return ClassifierLoop(
-        section="finetune", seed=cfg.seed, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
-        optim=cfg.optim, log_every=cfg.log_every, eval_every=cfg.eval_every, precision=cfg.precision, accumulate=cfg.accumulate,
-        llrd=cfg.llrd, unfreeze_every=cfg.unfreeze_every, adversarial=cfg.adversarial, adv_epsilon=cfg.adv_epsilon,
-        pgd_alpha=cfg.pgd_alpha, pgd_steps=cfg.pgd_steps, patience=cfg.patience,
+        section="finetune", seed=shared.seed, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
+        optim=shared.optim(cfg.lr, cfg.warmup_ratio), log_every=shared.log_every, eval_every=shared.eval_every,
+        precision=shared.precision, llrd=cfg.llrd, unfreeze_every=cfg.unfreeze_every, adversarial=cfg.adversarial,
+        adv_epsilon=cfg.adv_epsilon,
     )
 
 
-def transfer_task(cfg: TransferParams, task: TaskParams) -> TaskParams:
-    return TaskParams(name=cfg.task, max_length=cfg.max_length, stride=cfg.stride, aggregate=task.aggregate,
-                      truncation=cfg.truncation)
+def transfer_task(cfg: FinetuneParams, task: TaskParams) -> TaskParams:
+    """The intermediate task as the teacher reads it: head and tail of ``transfer.max_length`` tokens, windows
+    stepping 3/4 of that in validation."""
+    length = cfg.transfer.max_length
+    return TaskParams(name=task.intermediate, intermediate="none", max_length=length, stride=length * 3 // 4,
+                      aggregate=task.aggregate, truncation="head_tail")
 
 
 def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
-    """(path, table) of the transfer task's train and val splits, read once; [] when transfer is off."""
-    if cfg.transfer.task == "none":
+    """(path, table) of the intermediate task's train and val splits, read once; [] when there is none."""
+    if task.intermediate == "none":
         return []
-    other = transfer_task(cfg.transfer, task)
+    other = transfer_task(cfg, task)
     return [(split_path(data_dir, other, split), load_split(data_dir, other, split)) for split in ("train", "val")]
 
 
 def transfer_phase(
-    model: SequenceClassifier, cfg: FinetuneParams, task: TaskParams, tok: Tokenizer,
+    model: SequenceClassifier, cfg: FinetuneParams, shared: TrainParams, task: TaskParams, tok: Tokenizer,
     splits: list[tuple[Path, pd.DataFrame]], tracker: Tracker, world: World | None = None, phase: str | None = None,
 ) -> tuple[SequenceClassifier, dict]:
-    """Train on the transfer task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``.
+    """Train on the intermediate task's ``splits`` first (no-op when empty); metrics prefixed ``transfer_``.
     ``phase``: as ``train_classifier``'s (the stage passes "transfer")."""
     if not splits:
         return model, {}
-    other = transfer_task(cfg.transfer, task)
-    loop = dataclasses.replace(finetune_loop(cfg), epochs=cfg.transfer.epochs, time_budget_min=cfg.transfer.time_budget_min)
+    other = transfer_task(cfg, task)
+    loop = dataclasses.replace(finetune_loop(cfg, shared), epochs=TRANSFER_EPOCHS, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
-    model, metrics = train_classifier(model, loop, encode_train(tok, train_df, other), validation(tok, val_df, other, cfg.precision),
+    model, metrics = train_classifier(model, loop, encode_train(tok, train_df, other), validation(tok, val_df, other, shared.precision),
                                       PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world,
                                       phase=phase)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}

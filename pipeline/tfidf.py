@@ -24,8 +24,11 @@ from sklearn.utils.parallel import Parallel, delayed
 from minibert.files import ArtifactError
 from pipeline.io import DataError
 from pipeline.metrics import classification_metrics
-from pipeline.params import BaselineParams, TfidfSourceParams
+from pipeline.params import BaselineParams
 from pipeline.soft_targets import log_probabilities
+
+FOLDS = 5  # out of fold: each training text scored by a model fitted on the other four fifths
+MAX_ITER = 2000  # the logistic regression's solver iterations
 
 
 def load_baseline(path: Path) -> Pipeline:
@@ -44,8 +47,8 @@ def load_baseline(path: Path) -> Pipeline:
 def build_baseline(cfg: BaselineParams) -> Pipeline:
     """The unfitted TF-IDF + logistic regression pipeline of the ``baseline`` section."""
     return Pipeline([
-        ("tfidf", TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=cfg.sublinear_tf)),
-        ("logreg", LogisticRegression(C=cfg.C, max_iter=cfg.max_iter)),
+        ("tfidf", TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=True)),
+        ("logreg", LogisticRegression(C=cfg.C, max_iter=MAX_ITER)),
     ])
 
 
@@ -67,8 +70,8 @@ def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | 
     num_labels = int(max(labels.max(), -1 if extra is None else extra["label"].max())) + 1
     smallest = np.bincount(labels, minlength=num_labels).min()
     if smallest < folds:
-        raise DataError(f"the training split has a label with {smallest} rows, fewer than soft_targets.tfidf.folds "
-                        f"({folds}); lower the folds or use more rows")
+        raise DataError(f"the training split has a label with {smallest} rows, fewer than the {folds} folds the TF-IDF "
+                        "source is scored out of; use more rows, or set soft_targets.shares.tfidf: 0")
     extra = extra if extra is not None else train.iloc[:0]
     splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(len(train)), labels)
     jobs_list = [(fit, train["text"].iloc[held], held) for fit, held in splits]
@@ -95,7 +98,7 @@ def fold_jobs(folds: int) -> int:
     return max(1, min(folds, os.cpu_count() or 1))
 
 
-def out_of_fold_logits(cfg: BaselineParams, source: TfidfSourceParams, share: float, train: pd.DataFrame,
+def out_of_fold_logits(cfg: BaselineParams, seed: int, share: float, train: pd.DataFrame,
                        extra: pd.DataFrame | None, jobs: int, unlabelled: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, dict]:
     """(N, L) out-of-fold log-probabilities, (M, L) on the ``unlabelled`` texts (L = 0 when TF-IDF's ``share``
     is 0: nothing is fitted) and the stage's metrics."""
@@ -103,8 +106,8 @@ def out_of_fold_logits(cfg: BaselineParams, source: TfidfSourceParams, share: fl
         empty = np.zeros((len(train), 0), np.float32), np.zeros((len(unlabelled), 0), np.float32)
         return *empty, {"rows": len(train), "transfer_rows": len(unlabelled), "skipped": True}
     start = time.perf_counter()
-    probs, unlabelled_probs = out_of_fold(cfg, train, extra, source.folds, source.seed, jobs, unlabelled)
+    probs, unlabelled_probs = out_of_fold(cfg, train, extra, FOLDS, seed, jobs, unlabelled)
     metrics = {f"oof_{k}": v for k, v in classification_metrics(train["label"].to_numpy(), probs).items()}
     return log_probabilities(probs), log_probabilities(unlabelled_probs), {
         **metrics, "rows": len(train), "extra_rows": 0 if extra is None else len(extra), "transfer_rows": len(unlabelled),
-        "folds": source.folds, "seconds": time.perf_counter() - start, "skipped": False}
+        "folds": FOLDS, "seconds": time.perf_counter() - start, "skipped": False}

@@ -2,9 +2,9 @@
 
 The student learns the soft targets (stage ``soft_targets``) on these
 texts as well as on the labelled training rows: the transfer set of Hinton et al. (2015), with
-the in-domain unlabelled IMDb reviews as its source. A ``sentence`` unit cuts reviews into
-sentences, the length of SST-2's rows; ``document`` keeps whole reviews. Texts of any labelled
-split are never used, so no test sentence reaches the student through its teacher.
+the in-domain unlabelled IMDb reviews as its source, cut into sentences of ``MIN_WORDS`` to
+``MAX_WORDS`` words (the length of SST-2's rows). Texts of any labelled split are never used, so no
+test sentence reaches the student through its teacher.
 """
 
 from __future__ import annotations
@@ -17,43 +17,36 @@ import numpy as np
 import pandas as pd
 
 from pipeline.io import read_table
-from pipeline.params import TransferSetParams
 from pipeline.soft_targets import UNLABELLED
 
 CORPUS = "corpus.parquet"  # the prepared data's unlabelled pretraining corpus
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 LINE_BREAK = re.compile(r"<br\s*/?>", re.IGNORECASE)
+MIN_WORDS, MAX_WORDS = 4, 50  # a transfer sentence's length in words
 
 
-def review_sentences(text: str, min_words: int = 4, max_words: int = 50) -> list[str]:
+def review_sentences(text: str, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS) -> list[str]:
     """The sentences of a review (split after . ! ?) of min_words..max_words words."""
     parts = SENTENCE_END.split(LINE_BREAK.sub(" ", text))
     return [s.strip() for s in parts if min_words <= len(s.split()) <= max_words]
 
 
-def units(text: str, cfg: TransferSetParams) -> list[str]:
-    """The transfer texts one corpus text gives: its sentences, or itself, within the word bounds."""
-    if cfg.unit == "sentence":
-        return review_sentences(text, cfg.min_words, cfg.max_words)
-    return [text] if cfg.min_words <= len(text.split()) <= cfg.max_words else []
-
-
-def transfer_texts(corpus: Sequence[str], exclude: Iterable[str], cfg: TransferSetParams) -> list[str]:
-    """Up to ``cfg.rows`` distinct texts from ``corpus`` (visited in a ``cfg.seed`` order), none of them,
+def transfer_texts(corpus: Sequence[str], exclude: Iterable[str], rows: int, seed: int) -> list[str]:
+    """Up to ``rows`` distinct sentences from ``corpus`` (visited in a ``seed`` order), none of them,
     and none cut from, a text in ``exclude`` (the labelled splits)."""
-    if cfg.rows == 0:
+    if rows == 0:
         return []
     excluded = set(exclude)
     seen: set[str] = set()
     out: list[str] = []
-    for text in _shuffled(corpus, cfg.seed):
+    for text in _shuffled(corpus, seed):
         if text in excluded:
             continue
-        for unit in units(text, cfg):
-            if unit not in excluded and unit not in seen:
-                seen.add(unit)
-                out.append(unit)
-                if len(out) == cfg.rows:
+        for sentence in review_sentences(text):
+            if sentence not in excluded and sentence not in seen:
+                seen.add(sentence)
+                out.append(sentence)
+                if len(out) == rows:
                     return out
     return out
 

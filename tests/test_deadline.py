@@ -13,6 +13,7 @@ import pytest
 from minibert.validation import ConfigError
 from pipeline.deadline import (
     ENV,
+    FLOOR,
     PHASES,
     SHARE_BEFORE,
     Plan,
@@ -101,9 +102,8 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
                            "cnn": params.cnn.time_budget_min * 60.0,
                            "distill": params.distill.time_budget_min * params.distill.soup * 60.0}  # each soup member's cap
     assert params.distill.soup > 1, "the default distils a soup: its members' caps add up"
-    assert got.share_before == SHARE_BEFORE
-    no_transfer = dataclasses.replace(params, finetune=dataclasses.replace(
-        params.finetune, transfer=dataclasses.replace(params.finetune.transfer, task="none")))
+    assert got.share_before == SHARE_BEFORE and got.floor == FLOOR
+    no_transfer = dataclasses.replace(params, task=dataclasses.replace(params.task, intermediate="none"))
     assert "transfer" not in plan_for(no_transfer, 0.0).budgets
     no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
         params.distill, student_kind="transformer", soup=1), soft_targets=dataclasses.replace(
@@ -176,9 +176,11 @@ def test_the_deadline_section_is_checked() -> None:
     assert defaults.deadline.minutes == 30.0
     from minibert.validation import from_dict
 
-    for bad in ({"minutes": 0}, {"minutes": -5}, {"floor": 0}, {"floor": 1.5}):
+    for bad in ({"minutes": 0}, {"minutes": -5}):
         with pytest.raises(ConfigError, match=f"deadline.{next(iter(bad))}"):
             from_dict(Params, {"deadline": bad})
-    with pytest.raises(ConfigError, match="deadline.untimed_share_before"):  # measured, not a setting
-        from_dict(Params, {"deadline": {"untimed_share_before": {"finetune": 0.1}}})
+    for fixed in ({"untimed_share_before": {"finetune": 0.1}}, {"floor": 0.5}):  # measured or fixed, not settings
+        with pytest.raises(ConfigError, match=f"deadline.{next(iter(fixed))}"):
+            from_dict(Params, {"deadline": fixed})
+    assert 0 < FLOOR <= 1
     assert all(0 < SHARE_BEFORE[p] < 1 for p in PHASES) and list(SHARE_BEFORE.values()) == sorted(SHARE_BEFORE.values())

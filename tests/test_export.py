@@ -217,7 +217,7 @@ def test_a_refused_graph_leaves_both_previous_graphs_in_place(tmp_path: Path) ->
     fused.write_text("old fused")
 
     def refuse(path: Path) -> dict[str, float]:
-        raise StageError(f"{path.name}: parity 0.5 above export.parity_atol")
+        raise StageError(f"{path.name}: parity 0.5 above PARITY_ATOL")
 
     with pytest.raises(StageError, match="parity"):
         verified_exports([(portable, lambda p: p.write_text("new portable"), lambda p: {"max_abs_diff": 0.0}),

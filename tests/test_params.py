@@ -29,9 +29,15 @@ def base() -> dict:
 def test_params_yaml_spells_out_every_default() -> None:
     """The one set of defaults: every dataclass field is written in params.yaml, so DVC tracks every value a
     stage reads (a default living only in a dataclass would change results without changing a tracked param)."""
-    expected = {k for k in flatten(Params()) if not k.startswith(FREE_FORM)}
-    written = {k for k in flatten(base()) if not k.startswith(FREE_FORM)}
-    assert expected == written
+    expected = {k: v for k, v in flatten(Params()).items() if not k.startswith(FREE_FORM)}
+    written = {k: v for k, v in flatten(base()).items() if not k.startswith(FREE_FORM)}
+    assert set(expected) == set(written)
+    # and the dataclasses default to params.yaml's values: code that builds Params() runs the defaults too
+    differ = {k: (expected[k], written[k]) for k in expected if expected[k] != written[k]
+              and not (isinstance(written[k], list) and list(expected[k]) == written[k])}
+    assert not differ, f"dataclass defaults differ from params.yaml: {differ}"
+    assert flatten(Params().model) == flatten(base()["model"])
+    assert flatten(Params().distill.student) == flatten(base()["distill"]["student"])
     overlay = yaml.safe_load((ROOT / "profile.yaml").read_text())
     assert list(overlay) == list(base()) and not any(overlay.values()), "the committed overlay runs the defaults"
 
@@ -42,7 +48,7 @@ def test_profiles_are_short_overlays_of_what_differs(path: Path) -> None:
     overlay, defaults = flatten(yaml.safe_load(path.read_text())), flatten(base())
     same = sorted(k for k, v in overlay.items() if defaults.get(k, object()) == v)
     assert not same, f"profiles/{path.name} repeats defaults: {same}"
-    assert len(overlay) <= 50, f"profiles/{path.name}: {len(overlay)} keys; an overlay lists only what differs"
+    assert len(overlay) <= 40, f"profiles/{path.name}: {len(overlay)} keys; an overlay lists only what differs"
     assert params.model_config(vocab_size=1000).vocab_size == 1000
     for key, value in overlay.items():
         assert flatten(params).get(key, value) == value or key.startswith(FREE_FORM), key
@@ -57,8 +63,8 @@ def test_an_overlay_sets_only_keys_params_yaml_has(tmp_path: Path) -> None:
     (tmp_path / "profile.yaml").write_text("finetune: {epochz: 3.0}\n")
     with pytest.raises(ConfigError, match=r"profile\.yaml: finetune\.epochz is not a key of params\.yaml"):
         load_params(tmp_path / "params.yaml")
-    (tmp_path / "profile.yaml").write_text("pretrain: {processes: 2}\n")
-    with pytest.raises(ConfigError, match=r"pretrain\.processes is read by dvc\.yaml's command templating"):
+    (tmp_path / "profile.yaml").write_text("train: {processes: 2}\n")
+    with pytest.raises(ConfigError, match=r"train\.processes is read by dvc\.yaml's command templating"):
         load_params(tmp_path / "params.yaml")
     assert load_params(tmp_path / "params.yaml", overrides={"finetune.epochs": 4.0}, profile=tmp_path / "none.yaml").finetune.epochs == 4.0
 
@@ -86,9 +92,10 @@ def test_tiny_profile_is_tiny() -> None:
 
 def test_unknown_nested_key_names_file_and_dotted_key(tmp_path: Path) -> None:
     data = base()
-    data["finetune"]["optim"]["lrr"] = 0.1
+    data["finetune"]["transfer"]["max_lenght"] = 64
     path = write(tmp_path, data)
-    with pytest.raises(ConfigError, match=r"params\.yaml: unknown key 'finetune\.optim\.lrr'; did you mean 'finetune\.optim\.lr'"):
+    with pytest.raises(ConfigError, match=r"params\.yaml: unknown key 'finetune\.transfer\.max_lenght'; did you mean "
+                                          r"'finetune\.transfer\.max_length'"):
         load_params(path)
 
 
@@ -151,7 +158,7 @@ def test_dvc_yaml_stages_depend_on_their_own_source() -> None:
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name, stage in stages.items():
         assert f"pipeline/stages/{name}.py" in stage["deps"], name
-        launched = f"python -m pipeline.launch --processes ${{{name}.processes}} pipeline.stages.{name} "
+        launched = f"python -m pipeline.launch --processes ${{train.processes}} pipeline.stages.{name} "
         assert stage["cmd"].startswith((f"python -m pipeline.stages.{name} ", launched)), name
         if name in ("pretrain", "finetune"):  # the stages that train data-parallel when params say so
             assert stage["cmd"].startswith(launched) and "pipeline/launch.py" in stage["deps"], name
@@ -190,19 +197,32 @@ def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
         assert not unused, f"dvc.yaml stage {name!r} lists {sorted(unused)}, which it does not import"
 
 
-def test_transfer_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
+def test_the_intermediate_task_must_differ_from_the_task(tmp_path: Path) -> None:
     raw = base()
     raw["task"]["name"] = "imdb"
-    raw["soft_targets"]["tfidf"]["extra_task"] = "none"
-    raw["cnn"]["extra_task"] = "none"
-    raw["finetune"]["transfer"]["task"] = "imdb"
-    with pytest.raises(ConfigError, match=r"finetune\.transfer\.task: 'imdb' is the profile's own task"):
+    with pytest.raises(ConfigError, match=r"task\.intermediate: 'imdb' is the task itself"):
         load_params(write(tmp_path, raw))
-    raw["finetune"]["transfer"]["task"] = "sst2"
-    assert load_params(write(tmp_path, raw)).finetune.transfer.task == "sst2"
-    raw["finetune"]["transfer"]["stride"] = 500
-    with pytest.raises(ConfigError, match="transfer: need max_length >= 3 and 0 < stride"):
+    raw["task"]["intermediate"] = "sst2"
+    assert load_params(write(tmp_path, raw)).task.intermediate == "sst2"
+    raw["finetune"]["transfer"]["max_length"] = 3
+    with pytest.raises(ConfigError, match=r"finetune\.transfer\.max_length: 3 is out of range; expected >= 4"):
         load_params(write(tmp_path, raw))
+
+
+def test_the_intermediate_task_reaches_every_model_that_learns_from_it() -> None:
+    """One key, three readers: the teacher's first phase, the word-CNN's extra rows, the TF-IDF folds' extra texts."""
+    from pipeline.teacher import transfer_task
+    from pipeline.word_cnn import extra_task
+
+    params = load_params(ROOT / "params.yaml", profile=ROOT / "profile.yaml")
+    transfer, extra = transfer_task(params.finetune, params.task), extra_task(params.task)
+    assert transfer.name == extra.name == params.task.intermediate == "imdb"
+    assert transfer.stride == params.finetune.transfer.max_length * 3 // 4 and transfer.truncation == "head_tail"
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name in ("finetune", "cnn", "baseline_oof"):
+        assert "task" in stages[name]["params"], name
+    off = load_params(ROOT / "params.yaml", profile=ROOT / "profiles" / "imdb.yaml")
+    assert extra_task(off.task) is None and off.task.intermediate == "none"
 
 
 def test_a_word_cnn_student_needs_the_word_cnn_trained(tmp_path: Path) -> None:
@@ -215,37 +235,22 @@ def test_a_word_cnn_student_needs_the_word_cnn_trained(tmp_path: Path) -> None:
     assert load_params(write(tmp_path, raw)).soft_targets.shares.word_cnn == 0.0
 
 
-def test_tfidf_extra_task_must_differ_from_the_profile_task(tmp_path: Path) -> None:
-    raw = base()  # sst2 with extra_task imdb: fine
-    assert load_params(write(tmp_path, raw)).soft_targets.tfidf.extra_task == "imdb"
-    raw["soft_targets"]["tfidf"]["extra_task"] = "sst2"
-    with pytest.raises(ConfigError, match=r"soft_targets\.tfidf\.extra_task: 'sst2' is the profile's own task"):
-        load_params(write(tmp_path, raw))
-    raw = base()
-    assert load_params(write(tmp_path, raw)).cnn.extra_task == "imdb"
-    raw["cnn"]["extra_task"] = "sst2"
-    with pytest.raises(ConfigError, match=r"cnn\.extra_task: 'sst2' is the profile's own task"):
-        load_params(write(tmp_path, raw))
-
-
 @pytest.mark.parametrize("section, key, value, message", [
-    ("export", "opset", 13, r"export\.opset: 13 is out of range; expected 17\.\.20"),
+    ("export", "threads", -1, r"export\.threads: -1 must be >= 0"),
     ("distill", "hidden_weight", -1.0, r"distill\.hidden_weight: -1\.0 must be >= 0"),
     ("distill", "alpha", 1.5, r"distill\.alpha: 1\.5 is out of range; expected \[0, 1\]"),
-    ("evaluate", "latency_threads", 0, r"evaluate\.latency_threads: 0 must be >= 1"),
+    ("train", "log_every", 0, r"train\.log_every: 0 is out of range; expected >= 1"),
+    ("train", "schedule", "cosine_restarts", r"train\.schedule"),
+    ("finetune", "lr", 0.0, r"finetune\.lr: 0\.0 is out of range; expected > 0"),
     ("soft_targets.shares", "tfidf", 1.2, r"soft_targets\.shares\.tfidf: 1\.2 is out of range; expected in \[0, 1\]"),
-    ("soft_targets.tfidf", "folds", 1, r"soft_targets\.tfidf\.folds: 1 is out of range; expected >= 2"),
     ("soft_targets.shares", "word_cnn", 0.8, r"soft_targets\.shares\.teacher: 0\.334 \+ tfidf 0\.333 \+ word_cnn 0\.8 must sum to 1"),
     ("soft_targets.shares", "word_cnn", 0.0, r"soft_targets\.shares\.teacher: .* must sum to 1"),
     ("distill", "attention_weight", 1.0, r"distill\.hidden_weight / attention_weight: a word_cnn student has no layers"),
     ("distill", "soup", 0, r"distill\.soup: 0 is out of range; expected >= 1"),
     ("distill", "student_kind", "transformer", r"distill\.soup: 3 averages word_cnn students, which all start from the cnn "),
     ("cnn", "widths", [], r"cnn\.widths: \[\] is out of range; expected one or more widths"),
-    ("cnn", "extra_max_length", 2, r"cnn\.extra_max_length: 2 is out of range; expected >= 3"),
     ("cnn", "dropout", 1.0, r"cnn\.dropout: 1\.0 is out of range; expected in \[0, 1\)"),
     ("transfer_set", "rows", -1, r"transfer_set\.rows: -1 is out of range; expected >= 0"),
-    ("transfer_set", "max_words", 3, r"transfer_set\.max_words: 3 is out of range; expected >= min_words \(4\)"),
-    ("transfer_set", "unit", "paragraph", r"transfer_set\.unit"),
     ("prepare", "val_fraction", 1.0, r"prepare\.val_fraction: 1\.0 is out of range; expected in \(0, 1\)"),
     ("prepare", "max_train_rows", 0, r"prepare\.max_train_rows: 0 is out of range; expected >= 1"),
 ])

@@ -14,7 +14,7 @@ from minibert.runtime import softmax
 from minibert.validation import ConfigError
 from pipeline.distillation import with_transfer
 from pipeline.io import DataError
-from pipeline.params import BaselineParams, SharesParams, TfidfSourceParams
+from pipeline.params import BaselineParams, SharesParams
 from pipeline.soft_targets import (
     SoftTargets,
     combine,
@@ -27,7 +27,7 @@ from pipeline.soft_targets import (
     save_soft_targets,
     shares_on_validation,
 )
-from pipeline.tfidf import build_baseline, out_of_fold, out_of_fold_logits
+from pipeline.tfidf import FOLDS, build_baseline, out_of_fold, out_of_fold_logits
 
 UNIQUE_WORDS = BaselineParams(min_df=1)  # every row's own word survives the vocabulary cut
 
@@ -92,7 +92,7 @@ def test_the_cnn_scores_rows_as_the_teacher_does_and_tfidf_texts() -> None:
     cfg = SharesParams(teacher=0.0, tfidf=0.5, word_cnn=0.5)
     mixed = softmax(combine(cfg.of(), {"tfidf": baseline[text_index], "word_cnn": cnn}))
     np.testing.assert_allclose(mixed[:, 1], [0.6, 0.1, 0.65], atol=1e-6)
-    only_cnn = SharesParams(teacher=0.5, word_cnn=0.5)
+    only_cnn = SharesParams(teacher=0.5, tfidf=0.0, word_cnn=0.5)
     np.testing.assert_allclose(softmax(combine(only_cnn.of(), {"teacher": teacher, "word_cnn": cnn}))[:, 1],
                                [0.75, 0.25, 0.5], atol=1e-6)
     with pytest.raises(DataError, match="label columns differ"):
@@ -135,23 +135,36 @@ def test_unlabelled_texts_are_scored_by_a_model_fitted_on_every_training_row() -
 
 def test_out_of_fold_needs_every_label_in_every_fold() -> None:
     train = pd.DataFrame({"text": ["good film", "great film", "bad film"], "label": [1, 1, 0]})
-    with pytest.raises(DataError, match=r"a label with 1 rows, fewer than soft_targets\.tfidf\.folds \(2\)"):
+    with pytest.raises(DataError, match=r"a label with 1 rows, fewer than the 2 folds the TF-IDF source is scored out of"):
         out_of_fold(UNIQUE_WORDS, train, None, folds=2, seed=0)
 
 
 def test_a_zero_share_fits_nothing_and_the_student_learns_from_the_teacher_alone() -> None:
     train = random_rows(3, seed=0)  # too few rows to fit folds: proof that nothing is fitted
-    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, TfidfSourceParams(), 0.0, train, None, jobs=1,
-                                                   unlabelled=["a", "b"])
+    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, 0, 0.0, train, None, jobs=1, unlabelled=["a", "b"])
     assert logits.shape == (3, 0) and transfer.shape == (2, 0) and metrics["skipped"]
     teacher = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
-    np.testing.assert_array_equal(combine(SharesParams().of(), {"teacher": teacher}), teacher)  # passed through
+    teacher_only = SharesParams(teacher=1.0, tfidf=0.0, word_cnn=0.0)
+    np.testing.assert_array_equal(combine(teacher_only.of(), {"teacher": teacher}), teacher)  # passed through
+
+
+def test_a_share_scores_every_row_out_of_the_fixed_folds_drawn_by_the_seed() -> None:
+    rng = np.random.default_rng(2)  # words shared across rows: which rows a fold fits on changes its scores
+    train = pd.DataFrame({"text": [" ".join(f"w{j}" for j in rng.integers(0, 8, 3)) for _ in range(60)],
+                          "label": rng.permutation(np.arange(60) % 2)})
+    logits, transfer, metrics = out_of_fold_logits(UNIQUE_WORDS, 3, 0.5, train, None, jobs=1, unlabelled=["w1 w2"])
+    oof, scored = out_of_fold(UNIQUE_WORDS, train, None, folds=FOLDS, seed=3, unlabelled=["w1 w2"])
+    np.testing.assert_allclose(logits, log_probabilities(oof), atol=1e-6)
+    np.testing.assert_allclose(transfer, log_probabilities(scored), atol=1e-6)
+    other_seed = out_of_fold_logits(UNIQUE_WORDS, 4, 0.5, train, None, jobs=1)[0]
+    assert np.abs(other_seed - logits).max() > 1e-3, "the seed draws the folds"
+    assert metrics["folds"] == FOLDS and not metrics["skipped"] and metrics["rows"] == 60
 
 
 def test_per_text_scores_follow_the_rows_each_text_became() -> None:
     teacher = np.zeros((4, 2), np.float32)  # an undecided teacher: the mix shows the baseline's per-text view
     baseline = log_probabilities(np.array([[0.9, 0.1], [0.2, 0.8]]))
-    cfg = SharesParams(teacher=0.5, tfidf=0.5)
+    cfg = SharesParams(teacher=0.5, tfidf=0.5, word_cnn=0.0)
     text_index = np.array([0, 0, 0, 1])  # text 0 became three windows
     mixed = softmax(combine(cfg.of(), {"teacher": teacher, "tfidf": baseline[text_index]}))
     np.testing.assert_allclose(mixed[:, 1], [0.3, 0.3, 0.3, 0.65], atol=1e-6)

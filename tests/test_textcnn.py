@@ -161,20 +161,29 @@ def test_the_logit_distiller_trains_a_word_cnn_toward_its_soft_targets() -> None
 ])
 def test_kims_vector_channels_train_only_the_tables_they_should(tmp_path: Path, vectors: str, trained: list[str],
                                                                  frozen: list[str]) -> None:
-    """Through the cnn stage's loop (AdamW with weight decay, best-on-validation reload): a frozen
-    table keeps the pretrained vectors bit for bit and stays frozen in the returned and reloaded
-    model; a trained one moves."""
+    """Through the cnn stage's loop (``cnn_loop``: AdamW with weight decay, best-on-validation reload): a
+    frozen table keeps the pretrained vectors bit for bit and stays frozen in the returned and reloaded
+    model; a trained one moves. The stage's own word-CNN (``train_word_cnn``) is the non_static one."""
     from minibert.trainer import NullTracker
-    from pipeline.params import CNNParams
+    from pipeline.classifier_loop import train_classifier
+    from pipeline.params import CNNParams, TrainParams
     from pipeline.scoring import Validation
-    from pipeline.word_cnn import train_word_cnn
+    from pipeline.word_cnn import cnn_loop, train_word_cnn
 
     pretrained = torch.randn(20, 8) * 0.02
     ids, labels = order_task(256, seed=0)
     val_ids, val_labels = order_task(64, seed=1)
     val = Validation(lambda m: m.eval()(val_ids).detach().numpy(), val_labels.numpy())
-    cfg = CNNParams(widths=(1, 2), filters=8, dropout=0.0, batch_size=32, epochs=2.0, eval_every=8, vectors=vectors)
-    model, model_cfg, metrics = train_word_cnn(cfg, pretrained, (ids.tolist(), labels.numpy()), val, NullTracker())
+    cfg = CNNParams(widths=(1, 2), filters=8, dropout=0.0, batch_size=32, epochs=2.0, time_budget_min=None)
+    shared, rows = TrainParams(eval_every=8), (ids.tolist(), labels.numpy())
+    if vectors == "non_static":  # the cnn stage's word-CNN
+        model, model_cfg, metrics = train_word_cnn(cfg, shared, pretrained, rows, val, NullTracker())
+    else:  # Kim's other channels: a minibert.textcnn setting, trained through the same loop
+        torch.manual_seed(shared.seed)
+        model_cfg = TextCNNConfig(vocab_size=20, dim=8, widths=cfg.widths, filters=cfg.filters, dropout=cfg.dropout,
+                                  vectors=vectors)
+        model, metrics = train_classifier(build_textcnn(model_cfg, pretrained), cnn_loop(cfg, shared), rows, val,
+                                          NullTracker(), name="cnn")
     assert model_cfg.vectors == vectors and metrics["val_accuracy"] > 0.5
     tables = {"embedding": model.embedding, "static": model.static}
     assert (model.static is not None) == (vectors == "multichannel")

@@ -59,11 +59,12 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
     assert PARENT_ENV not in os.environ
     client = MlflowClient()
     assert client.get_run(parent).info.status == "FINISHED"
-    assert client.get_run(parent).data.params["finetune.optim.lr"] == "0.0001"
+    assert client.get_run(parent).data.params["finetune.lr"] == str(params.finetune.lr)
     (child,) = children(parent)
     assert child.data.tags[STAGE_TAG] == "finetune"
-    assert {k.split(".")[0] for k in child.data.params} == {"task", "model", "finetune", "budgets"}  # its dvc.yaml params
-    assert "finetune.optim.lr" in child.data.params and "pretrain.max_steps" not in child.data.params
+    assert {k.split(".")[0] for k in child.data.params} == {"task", "train", "finetune", "budgets"}  # its dvc.yaml params
+    assert "finetune.lr" in child.data.params and "train.seed" in child.data.params
+    assert "pretrain.max_steps" not in child.data.params
     assert child.data.tags["input_digest.input.txt"].startswith("local-md5:")
     assert child.data.tags["git_commit"] == "unknown"  # tmp_path is no git repository
     assert client.get_metric_history(child.info.run_id, "val_accuracy")[0].step == 3
@@ -74,7 +75,7 @@ def test_stages_nest_under_the_pipeline_run(store: Path, tracking_backend: str) 
 
 
 def test_a_stage_logs_single_params_it_names_by_dotted_key(store: Path) -> None:
-    """teacher_logits reads one key of another section (``finetune.precision``), as its dvc.yaml entry
+    """teacher_logits reads one key of another section (``train.precision``), as its dvc.yaml entry
     says: its run records that key and not the rest of the section."""
     params = Params()
     with pipeline_run(params) as parent:
@@ -82,20 +83,20 @@ def test_a_stage_logs_single_params_it_names_by_dotted_key(store: Path) -> None:
             pass
     (child,) = children(parent)
     logged = set(child.data.params)
-    assert "finetune.precision" in logged and "task.max_length" in logged
-    assert not any(k.startswith("finetune.") and k != "finetune.precision" for k in logged)
+    assert "train.precision" in logged and "task.max_length" in logged
+    assert not any(k.startswith("train.") and k != "train.precision" for k in logged)
 
 
 def test_a_stage_logs_exactly_the_params_its_dvc_yaml_entry_declares(store: Path) -> None:
     """One list: the keys DVC reruns a stage for are the keys its run records, whatever dvc.yaml says."""
     (store / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"probe": {"cmd": "true", "params": [
-        "soft_targets.tfidf", {"params.yaml": ["task.max_length"]}, {"profile.yaml": None}]}}}))
+        "soft_targets.shares", {"params.yaml": ["task.max_length"]}, {"profile.yaml": None}]}}}))
     params = Params()
     with pipeline_run(params) as parent:
         with stage_run("probe", params, []):
             pass
     (child,) = children(parent)
-    expected = {k for k in flatten(params) if k.startswith("soft_targets.tfidf.")} | {"task.max_length"}
+    expected = {k for k in flatten(params) if k.startswith("soft_targets.shares.")} | {"task.max_length"}
     assert set(child.data.params) == expected and len(expected) > 2
 
 
@@ -162,7 +163,7 @@ def test_a_resume_checkpoint_matches_only_the_same_params_code_and_input_content
     """A killed pretraining resumes only when nothing DVC would rerun it for has changed: its declared
     params, its inputs' content (not dvc.lock's record of it) and the code dvc.yaml lists."""
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"pretrain": {
-        "cmd": "true", "deps": ["code.py", "lib", "corpus.txt"], "params": ["pretrain"]}}}))
+        "cmd": "true", "deps": ["code.py", "lib", "corpus.txt"], "params": ["train", "pretrain"]}}}))
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "maths.py").write_text("SCALE = 1\n")
     (tmp_path / "code.py").write_text("STEP = 1\n")
@@ -178,14 +179,15 @@ def test_a_resume_checkpoint_matches_only_the_same_params_code_and_input_content
     (tmp_path / "lib" / "__pycache__").mkdir()
     (tmp_path / "lib" / "__pycache__" / "maths.cpython-311.pyc").write_bytes(b"byte code")  # not the code
     assert fingerprint() == first
-    assert fingerprint(dataclasses.replace(Params(), finetune=dataclasses.replace(Params().finetune, seed=7))) == first
-    changed = [fingerprint(dataclasses.replace(Params(), pretrain=dataclasses.replace(Params().pretrain, max_steps=7)))]
+    assert fingerprint(dataclasses.replace(Params(), finetune=dataclasses.replace(Params().finetune, lr=7e-4))) == first
+    changed = [fingerprint(dataclasses.replace(Params(), pretrain=dataclasses.replace(Params().pretrain, max_steps=7))),
+               fingerprint(dataclasses.replace(Params(), train=dataclasses.replace(Params().train, seed=7)))]
     for path, text in ((corpus, "a dull film\n"), (tmp_path / "code.py", "STEP = 2\n"), (tmp_path / "lib" / "maths.py", "SCALE = 2\n")):
         original = path.read_text()
         path.write_text(text)  # dvc.lock still records the old corpus
         changed.append(fingerprint())
         path.write_text(original)
-    assert fingerprint() == first and len(set(changed)) == 4 and first not in changed
+    assert fingerprint() == first and len(set(changed)) == 5 and first not in changed
 
 
 def test_stages_launched_by_one_dvc_process_share_a_parent(store: Path, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ deterministic in its seed; and the ``transfer_set`` stage on real rows (``stage_
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +10,15 @@ import pandas as pd
 import pytest
 from conftest import SHARED, run_stage
 
-from pipeline.params import TransferSetParams
 from pipeline.soft_targets import UNLABELLED
-from pipeline.transfer_texts import labelled_texts, load_transfer_split, review_sentences, transfer_texts
+from pipeline.transfer_texts import (
+    MAX_WORDS,
+    MIN_WORDS,
+    labelled_texts,
+    load_transfer_split,
+    review_sentences,
+    transfer_texts,
+)
 
 REVIEWS = [
     "A fine film. The cast is superb and the plot holds!<br /><br />Would I see it again? Yes, twice.",
@@ -29,26 +34,24 @@ def test_sentences_are_cut_after_end_marks_and_line_breaks_within_the_word_bound
 
 
 def test_transfer_texts_are_distinct_capped_and_never_a_labelled_text() -> None:
-    cfg = TransferSetParams(rows=100, min_words=4, max_words=50)
     labelled = ["Dull. Nothing here works at all, and the jokes fall flat every single time.",  # a whole review
                 "A long slow middle drags the whole second act down."]  # one sentence of a review
-    texts = transfer_texts(REVIEWS, labelled, cfg)
+    texts = transfer_texts(REVIEWS, labelled, 100, 0)
     assert sorted(texts) == sorted(["The cast is superb and the plot holds!", "Would I see it again?"])
     assert len(texts) == len(set(texts)), "the sentence both reviews hold comes once"
-    capped = transfer_texts(REVIEWS, labelled, dataclasses.replace(cfg, rows=1))
+    capped = transfer_texts(REVIEWS, labelled, 1, 0)
     assert len(capped) == 1 and capped[0] in texts
-    assert transfer_texts(REVIEWS, labelled, dataclasses.replace(cfg, rows=0)) == []
+    assert transfer_texts(REVIEWS, labelled, 0, 0) == []
 
 
-def test_the_seed_orders_the_reviews_and_documents_stay_whole() -> None:
+def test_the_seed_orders_the_reviews_and_sentences_keep_the_word_bounds() -> None:
     corpus = [f"Review number {i} is here. It has two sentences of words." for i in range(40)]
-    cfg = TransferSetParams(rows=10)
-    first = transfer_texts(corpus, [], cfg)
-    assert first == transfer_texts(corpus, [], cfg), "deterministic"
-    assert first != transfer_texts(corpus, [], dataclasses.replace(cfg, seed=1))
-    docs = transfer_texts(corpus, [corpus[0]], dataclasses.replace(cfg, unit="document", rows=100, max_words=2000))
-    assert sorted(docs) == sorted(corpus[1:])
-    assert transfer_texts(corpus, [], dataclasses.replace(cfg, unit="document", max_words=5)) == []
+    first = transfer_texts(corpus, [], 10, 0)
+    assert first == transfer_texts(corpus, [], 10, 0), "deterministic"
+    assert first != transfer_texts(corpus, [], 10, 1)
+    everything = transfer_texts(corpus + ["Too short. " + " ".join(["long"] * (MAX_WORDS + 1)) + "."], [], 1000, 0)
+    assert sorted(everything) == sorted({f"Review number {i} is here." for i in range(40)} | {"It has two sentences of words."})
+    assert all(MIN_WORDS <= len(t.split()) <= MAX_WORDS for t in everything)
 
 
 def test_the_transfer_split_is_unlabelled(tmp_path: Path) -> None:

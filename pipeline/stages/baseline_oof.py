@@ -1,14 +1,14 @@
 """baseline_oof: TF-IDF + LR's out-of-fold probabilities on the training texts, for ensemble distillation.
 
-The training split is cut into ``soft_targets.tfidf.folds`` stratified folds; each fold is scored
+The training split is cut into five stratified folds (``pipeline.tfidf.FOLDS``); each fold is scored
 by the ``baseline`` section's TF-IDF + LR fitted on the other folds plus, when
-``soft_targets.tfidf.extra_task`` names one, that task's labelled training texts (never scored
+``task.intermediate`` names one, that task's labelled training texts (never scored
 themselves). A model's scores on texts it was fitted on are near-certain and tell the student
 nothing the labels don't; out-of-fold scores are what the model knows. The ``soft_targets`` stage
 averages them with the other sources' (``soft_targets.shares.tfidf``). With a share of 0 nothing is fitted and
 the file holds no columns. The transfer
 set's unlabelled texts (stage ``transfer_set``) are scored by one more model, fitted on every
-training text (plus the extra task's), into a second file. The fits run in parallel processes,
+training text (plus the intermediate task's), into a second file. The fits run in parallel processes,
 one a core.
 """
 
@@ -25,7 +25,7 @@ from pipeline.params import Params, load_params
 from pipeline.soft_targets import UNLABELLED, save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.tfidf import fold_jobs, out_of_fold_logits
+from pipeline.tfidf import FOLDS, fold_jobs, out_of_fold_logits
 from pipeline.tracking import stage_run
 
 
@@ -38,17 +38,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline_oof.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    task, source, share = params.task, params.soft_targets.tfidf, params.soft_targets.shares.tfidf
+    task, share = params.task, params.soft_targets.shares.tfidf
     paths = [split_path(args.data, task, "train"), args.transfer]
-    extra_task = None if source.extra_task == "none" else dataclasses.replace(task, name=source.extra_task)
+    extra_task = None if task.intermediate == "none" else dataclasses.replace(task, name=task.intermediate, intermediate="none")
     if extra_task is not None:
         paths.append(split_path(args.data, extra_task, "train"))
     with stage_run("baseline_oof", params, paths) as tracker:
         train = load_split(args.data, task, "train")
         extra = None if extra_task is None else load_split(args.data, extra_task, "train")
         transfer = read_table(args.transfer, ["text"])["text"].tolist()
-        logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, source, share, train, extra,
-                                                              fold_jobs(source.folds + bool(transfer)), transfer)
+        logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, params.train.seed, share, train, extra,
+                                                              fold_jobs(FOLDS + bool(transfer)), transfer)
         save_logits(args.out, logits, train["label"].to_numpy())
         save_logits(args.transfer_out, transfer_logits, np.full(len(transfer), UNLABELLED))
         finish_stage(tracker, metrics, args.metrics)

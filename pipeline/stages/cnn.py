@@ -1,7 +1,7 @@
 """cnn: a word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors:
 a soft-target source, and the word_cnn student's starting model.
 
-Trained on the task's training rows and, when ``cnn.extra_task`` names one, that task's labelled
+Trained on the task's training rows and, when ``task.intermediate`` names one, that task's labelled
 texts shuffled in (IMDb reviews for SST-2, their head and tail kept), with the classifier's
 length-bucketed batches, schedule, time budget and best-on-validation selection. It then scores
 the training rows and the transfer set's texts, cut as ``teacher_logits`` cuts them, so the
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
 
     params: Params = load_params()
     cfg, task = params.cnn, params.cnn_task()  # cnn.max_length / stride: its own windows
-    other = extra_task(cfg, task)
+    other = extra_task(task)
     train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.pretrained]
     if other is not None:
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> None:
         vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
         val_df = load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        rows, extra_rows = with_extra(tok, args.data, cfg, task, (sequences, labels))
-        model, model_cfg, metrics = train_word_cnn(cfg, vectors, rows, validation(tok, val_df, task), tracker,
+        rows, extra_rows = with_extra(tok, args.data, task, (sequences, labels))
+        model, model_cfg, metrics = train_word_cnn(cfg, params.train, vectors, rows, validation(tok, val_df, task), tracker,
                                           num_labels=int(pd.concat([train_df, val_df])["label"].max()) + 1)
         start = time.perf_counter()
         logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)

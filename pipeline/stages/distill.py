@@ -81,13 +81,13 @@ def main(argv: list[str] | None = None) -> None:
         recorder = RecordingTracker(tracker)
         val = validation(tok, val_df, task)
         if cfg.student_kind == "word_cnn":
-            student, cnn_cfg, metrics = run_soup(cfg, args.cnn_model, rows, all_targets, val, recorder,
+            student, cnn_cfg, metrics = run_soup(cfg, params.train, args.cnn_model, rows, all_targets, val, recorder,
                                                  bag_lr=params.cnn.bag_lr_scale, others_tracker=tracker)
             save_textcnn(student, cnn_cfg, args.out, vocabulary_digest(tok), reads=(contract.windows, contract.labels))
         else:
             teacher, _, head_cfg = load_model(args.teacher)
             student_cfg = params.student_config(tok.get_vocab_size())
-            student, metrics = distill_transformer(cfg, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)
+            student, metrics = distill_transformer(cfg, params.train, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)
             save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok),
                        reads=(contract.windows, contract.labels))
         metrics["soft_target_train_accuracy"] = float((targets.train.argmax(axis=1) == labels).mean())

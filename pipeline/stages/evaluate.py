@@ -1,24 +1,24 @@
 """evaluate: every variant on the task's test split of record (SST-2: GLUE dev): quality, size, speed.
 
 Variants: ``baseline`` (TF-IDF + LR), ``teacher`` (fine-tuned, torch, in the precision it was
-fine-tuned in, ``finetune.precision``, as ``teacher_logits`` scores it: bf16 autocast where native
+fine-tuned in, ``train.precision``, as ``teacher_logits`` scores it: bf16 autocast where native
 with ``auto``, 1.7x faster than fp32, and most of this stage's time on IMDb), ``student``
 (distilled, torch fp32), ``student_int8`` (torch dynamic int8), ``student_onnx`` (portable ONNX,
 ONNX Runtime fp32) and ``student_onnx_int8`` (fused + int8 ONNX through ``minibert.runtime``:
 the deployed chain). Each model reads texts through the windows its file records
 (``minibert.contract``): longer texts (IMDb) through several. Speed is measured end to end from raw text (tokenization included):
 
-- latency: p50 / p95 of ``latency_rows`` single texts, one at a time, on ``latency_threads``;
+- latency: p50 / p95 of ``pipeline.metrics.LATENCY_ROWS`` single texts, one at a time, on one thread;
 - throughput: texts/s over the whole split handed over at once, run in length-sorted batches
-  of ``batch_size`` on ``threads`` (the pass that also scores accuracy).
+  of ``BATCH_SIZE`` on ``export.threads`` (the pass that also scores accuracy).
 
 Size is the artifact's file size; calibration is the expected calibration error (ECE) of the
 predicted label's probability. Written to metrics/evaluate.json (nested, so ``dvc metrics show``
 lists every variant), plots/evaluate.csv (the table), plots/tradeoff.png (accuracy vs latency and
 vs size), plots/confusion.png, plots/calibration.png, reports/predictions.csv (every test row's
 P(positive) under every variant, for the report), plots/attention/ (the teacher's attention: every
-head for each of ``evaluate.attention_sentences``, and per-head statistics over the first
-``attention_rows`` test rows, whose numbers go to reports/attention_heads.csv); all logged to MLflow.
+head for each of ``pipeline.attention_plots.SENTENCES``, and per-head statistics over the first
+``HEAD_ROWS`` test rows, whose numbers go to reports/attention_heads.csv); all logged to MLflow.
 """
 
 from __future__ import annotations
@@ -41,17 +41,26 @@ from minibert.precision import resolve_precision
 from minibert.quantize import load_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import load_tokenizer
-from pipeline.attention import head_statistics_picture, head_table, sentence_pictures, sentiment_lexicon
+from pipeline.attention import (
+    HEAD_ROWS,
+    LEXICON_SIZE,
+    head_statistics_picture,
+    head_table,
+    sentence_pictures,
+    sentiment_lexicon,
+)
+from pipeline.attention_plots import SENTENCES
 from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.io import atomic_path, write_json
 from pipeline.metrics import (
+    LATENCY_ROWS,
     classification_metrics,
     confusion_matrix,
     positive_probability,
     reliability,
     single_text_latency,
 )
-from pipeline.params import EvaluateParams, Params, load_params
+from pipeline.params import Params, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
 from pipeline.splits import load_split, split_path
@@ -61,14 +70,16 @@ from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores
 CLASS_NAMES = ("negative", "positive")
+BATCH_SIZE = 32  # texts a batch in the throughput pass
+CALIBRATION_BINS = 10  # equal-width confidence bins over [0.5, 1] (reliability diagram, ECE)
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
     path: Path
-    predict: Predict  # batched, on evaluate.threads
-    predict_one: Predict  # the same model on evaluate.latency_threads
+    predict: Predict  # batched, on export.threads
+    predict_one: Predict  # the same model on one thread
     probabilities: bool = False  # predict returns class probabilities (else logits)
     bf16: bool = False  # torch under bf16 autocast
 
@@ -80,38 +91,38 @@ class Measured:
     reliability: list[dict[str, float]]  # the reliability diagram's bins
 
 
-def measure(variant: Variant, texts: list[str], labels: np.ndarray, cfg: EvaluateParams) -> Measured:
-    """Quality, calibration and throughput from one pass over all texts, then batch-1 latency."""
-    torch.set_num_threads(cfg.threads)
-    variant.predict(texts[: cfg.batch_size])  # warm-up (allocations, lazy init)
+def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int) -> Measured:
+    """Quality, calibration and throughput from one pass over all texts on ``threads``, then batch-1 latency."""
+    torch.set_num_threads(threads)
+    variant.predict(texts[:BATCH_SIZE])  # warm-up (allocations, lazy init)
     start = time.perf_counter()
     scores = variant.predict(texts)
     seconds = time.perf_counter() - start
-    torch.set_num_threads(cfg.latency_threads)
-    latency = single_text_latency(variant.predict_one, texts[: cfg.latency_rows])
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(1)
+    latency = single_text_latency(variant.predict_one, texts[:LATENCY_ROWS])
+    torch.set_num_threads(threads)
     p_positive = positive_probability(scores, variant.probabilities)
-    bins, ece = reliability(labels, p_positive, cfg.calibration_bins)
+    bins, ece = reliability(labels, p_positive, CALIBRATION_BINS)
     metrics = {**classification_metrics(labels, scores), "ece": ece, **latency,
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16)}
     return Measured(metrics, p_positive, bins)
 
 
-def onnx_variant(name: str, path: Path, tokenizer: Path, cfg: EvaluateParams) -> Variant:
-    """An exported classifier behind the inference runtime, once per thread setting; it reads texts
+def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int) -> Variant:
+    """An exported classifier behind the inference runtime, on ``threads`` and on one; it reads texts
     through the windows its file records."""
-    def runtime(threads: int) -> Predict:
-        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=cfg.batch_size, threads=threads)).logits
+    def runtime(count: int) -> Predict:
+        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count)).logits
 
-    return Variant(name, path, runtime(cfg.threads), runtime(cfg.latency_threads))
+    return Variant(name, path, runtime(threads), runtime(1))
 
 
-def run(variants: list[Variant], test: pd.DataFrame, cfg: EvaluateParams) -> dict[str, Measured]:
+def run(variants: list[Variant], test: pd.DataFrame, threads: int) -> dict[str, Measured]:
     texts, labels = test["text"].tolist(), test["label"].to_numpy()
     previous = torch.get_num_threads()
     try:
-        return {v.name: measure(v, texts, labels, cfg) for v in progress(variants, "evaluate", unit="variant")}
+        return {v.name: measure(v, texts, labels, threads) for v in progress(variants, "evaluate", unit="variant")}
     finally:
         torch.set_num_threads(previous)
 
@@ -124,14 +135,14 @@ def quality_pictures(measured: dict[str, Measured], labels: np.ndarray, confusio
 
 
 def attention_pictures(teacher: torch.nn.Module, tok: Tokenizer, baseline: object, test: pd.DataFrame,
-                       windows: Windows, cfg: EvaluateParams, out: Path, heads_csv: Path) -> pd.DataFrame:
+                       windows: Windows, out: Path, heads_csv: Path) -> pd.DataFrame:
     """``out``/sentence_<i>.png a sentence and ``out``/heads.png, the head table to ``heads_csv``; returns it."""
-    lexicon = sentiment_lexicon(baseline, cfg.sentiment_words)
-    texts = test["text"].tolist()[: cfg.attention_rows]
+    lexicon = sentiment_lexicon(baseline, LEXICON_SIZE)
+    texts = test["text"].tolist()[:HEAD_ROWS]
     table = head_table(teacher, tok, texts, windows.max_length, lexicon)
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for i, sentence in enumerate(cfg.attention_sentences):
+        for i, sentence in enumerate(SENTENCES):
             sentence_pictures(teacher, tok, sentence, windows.max_length, tmp / f"sentence_{i}.png")
         head_statistics_picture(table, tmp / "heads.png", len(texts))
     with atomic_path(heads_csv) as tmp:
@@ -160,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="per-head attention statistics (one row a layer and head)")
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg, task = params.evaluate, params.task
+    task, threads = params.task, params.export.threads
     test_path = split_path(args.data, task, "test")
     inputs = [test_path, args.tokenizer, args.baseline, args.teacher, args.student, args.int8, args.onnx, args.onnx_int8]
     with stage_run("evaluate", params, inputs) as tracker:
@@ -178,20 +189,20 @@ def main(argv: list[str] | None = None) -> None:
 
         def torch_variant(name: str, model: torch.nn.Module, path: Path, precision: str = "fp32",
                           reads: Windows = student_reads) -> Variant:
-            predict = text_logits(model, tok, reads, cfg.batch_size, precision)  # the windows the model's file records
+            predict = text_logits(model, tok, reads, BATCH_SIZE, precision)  # the windows the model's file records
             return Variant(name, path, predict, predict, bf16=precision == "bf16")
 
-        teacher_precision = resolve_precision(params.finetune.precision, torch.device("cpu"))
+        teacher_precision = resolve_precision(params.train.precision, torch.device("cpu"))
 
         variants = [
             Variant("baseline", args.baseline, baseline.predict_proba, baseline.predict_proba, probabilities=True),
             torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=teacher_reads),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
-            onnx_variant("student_onnx", args.onnx, args.tokenizer, cfg),
-            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, cfg),
+            onnx_variant("student_onnx", args.onnx, args.tokenizer, threads),
+            onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, threads),
         ]
-        measured = run(variants, test, cfg)
+        measured = run(variants, test, threads)
         results = {name: m.metrics for name, m in measured.items()}
         labels = test["label"].to_numpy()
         table = pd.DataFrame([{"variant": k, **v} for k, v in results.items()])
@@ -202,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
                           **{f"p_{name}": m.p_positive for name, m in measured.items()}}).to_csv(tmp, index=False)
         tradeoff_chart(table, args.chart)
         quality_pictures(measured, labels, args.confusion, args.calibration)
-        heads = attention_pictures(teacher, tok, baseline, test, teacher_reads, cfg, args.attention, args.heads)
+        heads = attention_pictures(teacher, tok, baseline, test, teacher_reads, args.attention, args.heads)
         write_json(results, args.metrics)  # last: DVC sees the stage done only when everything is written
         tracker.log_metrics({f"{name}.{key}": value for name, row in results.items() for key, value in row.items()})
         tracker.log_metrics({f"attention.L{r.layer}H{r.head}.{k}": float(getattr(r, k))

@@ -1,15 +1,13 @@
 """finetune: the SST-2 sentiment classifier, initialised from the pretrained encoder.
 
 Length-bucketed batches with dynamic padding; AdamW with warmup and decay; validation accuracy
-every ``eval_every`` steps, and the best-scoring weights are the ones written (early stopping
-by model selection on the validation split, never on GLUE dev). ``from_pretrained: false``
-trains the same classifier from random initialisation, the ablation that shows what
-pretraining buys.
+every ``train.eval_every`` steps, and the best-scoring weights are the ones written (early stopping
+by model selection on the validation split, never on GLUE dev).
 
-``transfer.task`` (intermediate-task transfer, as in STILTs) first trains the same classifier
-on another labelled task of the prepared data (IMDb reviews for SST-2), selected on that task's
-validation split, then fine-tunes it on the profile's task; its metrics carry a ``transfer_``
-prefix.
+``task.intermediate`` (intermediate-task transfer, as in STILTs) first trains the same classifier
+for one epoch on another labelled task of the prepared data (IMDb reviews for SST-2), selected on
+that task's validation split, then fine-tunes it on the profile's task; its metrics carry a
+``transfer_`` prefix.
 """
 
 from __future__ import annotations
@@ -54,23 +52,20 @@ def main(argv: list[str] | None = None) -> None:
     transfer = transfer_splits(cfg, task, args.data)
     inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
     with stage_run("finetune", params, inputs) as tracker:
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(params.train.seed)
         tok = load_tokenizer(args.tokenizer)
         train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         tracker.log_dataset(val_df, val_path.stem, val_path, context="validation")
         for (path, df), context in zip(transfer, ("transfer training", "transfer validation")):
             tracker.log_dataset(df, path.stem, path, context=context)
-        if cfg.from_pretrained:
-            check_tokenizer(args.pretrained, tok, args.tokenizer)
-            mlm, model_cfg, _ = load_model(args.pretrained)
-            backbone = mlm.backbone
-        else:
-            model_cfg, backbone = params.model_config(tok.get_vocab_size()), None
-        model = build(cfg, model_cfg, backbone).to(world.device())  # this rank's GPU when there is one
+        check_tokenizer(args.pretrained, tok, args.tokenizer)
+        mlm, model_cfg, _ = load_model(args.pretrained)
+        model = build(cfg, model_cfg, mlm.backbone).to(world.device())  # this rank's GPU when there is one
         recorder = RecordingTracker(tracker)
-        model, transfer_metrics = transfer_phase(model, cfg, task, tok, transfer, recorder, world, phase="transfer")
-        model, metrics = train_classifier(model, finetune_loop(cfg), encode_train(tok, train_df, task), validation(tok, val_df, task, cfg.precision),
+        model, transfer_metrics = transfer_phase(model, cfg, params.train, task, tok, transfer, recorder, world, phase="transfer")
+        model, metrics = train_classifier(model, finetune_loop(cfg, params.train), encode_train(tok, train_df, task),
+                                          validation(tok, val_df, task, params.train.precision),
                                           recorder, world=world, phase="finetune")
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run

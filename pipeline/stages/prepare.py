@@ -6,7 +6,7 @@ pretraining ``corpus`` (IMDb unlabeled + SST-2 train text) as parquet tables wit
 ``text`` (and ``label``); a report with counts, drops and sha256 digests.
 
 Rules: whitespace collapsed and IMDb ``<br />`` tags replaced by spaces; texts shorter than
-``min_chars`` dropped; duplicate texts kept once (all copies dropped when their labels
+``MIN_CHARS`` dropped; duplicate texts kept once (all copies dropped when their labels
 disagree); SST-2 train rows whose text is also in GLUE dev dropped (no test leakage). The
 validation splits are stratified, seeded samples: of SST-2's sentences, whole trees (the phrases
 inside a held-out sentence leave training too; ``pipeline.phrase_trees``), and of IMDb train's
@@ -32,6 +32,7 @@ from pipeline.tracking import stage_run
 
 BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 SPACE = re.compile(r"\s+")
+MIN_CHARS = 2  # shorter texts (after normalisation) are dropped
 
 
 def normalise(text: str) -> str:
@@ -143,8 +144,8 @@ def sample(df: pd.DataFrame, n: int | None, seed: int) -> pd.DataFrame:
 def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, pd.DataFrame], dict]:
     """All prepared tables by name, and the report (without digests)."""
     report: dict = {"dropped": {}}
-    dev = clean(read_sst2(sst2_dir / "dev.tsv"), cfg.min_chars, labelled=True)
-    train = clean(read_sst2(sst2_dir / "train.tsv"), cfg.min_chars, labelled=True)
+    dev = clean(read_sst2(sst2_dir / "dev.tsv"), MIN_CHARS, labelled=True)
+    train = clean(read_sst2(sst2_dir / "train.tsv"), MIN_CHARS, labelled=True)
     leaked = train.table["text"].isin(set(dev.table["text"]))
     train.dropped["in_dev"] = int(leaked.sum())
     train_rest, val, train.dropped["inside_val"] = split_by_sentences(train.table[~leaked].reset_index(drop=True),
@@ -155,8 +156,8 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
         "sst2_val": sample(val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed),
         "sst2_dev": sample(dev.table, cfg.max_dev_rows, cfg.seed),
     }
-    test = clean(read_imdb(imdb_dir / "test.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
-    imdb = clean(read_imdb(imdb_dir / "train.jsonl.gz", (0, 1)), cfg.min_chars, labelled=True)
+    test = clean(read_imdb(imdb_dir / "test.jsonl.gz", (0, 1)), MIN_CHARS, labelled=True)
+    imdb = clean(read_imdb(imdb_dir / "train.jsonl.gz", (0, 1)), MIN_CHARS, labelled=True)
     test_texts = set(test.table["text"])
     leaked = imdb.table["text"].isin(test_texts)  # reviews in both splits: test keeps them
     imdb.dropped["in_test"] = int(leaked.sum())
@@ -165,7 +166,7 @@ def run(cfg: PrepareParams, sst2_dir: Path, imdb_dir: Path) -> tuple[dict[str, p
     tables["imdb_train"] = sample(imdb_rest, cfg.max_train_rows, cfg.seed)
     tables["imdb_val"] = sample(imdb_val, None if cfg.max_train_rows is None else max(cfg.max_train_rows // 5, 1), cfg.seed)
     tables["imdb_test"] = sample(test.table, cfg.max_dev_rows, cfg.seed)
-    unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), cfg.min_chars, labelled=False)
+    unsup = clean(read_imdb(imdb_dir / "unsup.jsonl.gz", (-1,)), MIN_CHARS, labelled=False)
     evaluated = unsup.table["text"].isin(test_texts | set(imdb_val["text"]))  # scored texts stay out of pretraining
     unsup.dropped["in_test_or_val"] = int(evaluated.sum())
     report["dropped"]["imdb_unsup"] = unsup.dropped

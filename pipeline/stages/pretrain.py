@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
         fingerprint = resume_fingerprint("pretrain", params, [args.corpus, args.tokenizer], project_root())
         checkpointer = Checkpointer(args.resume, fingerprint)
         recorder = RecordingTracker(tracker)
-        model, metrics = run(params.pretrain, model_cfg, tok, corpus["text"].tolist(), recorder, checkpointer, world)
+        model, metrics = run(params.pretrain, params.train, model_cfg, tok, corpus["text"].tolist(), recorder, checkpointer, world)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
         save_model(model, model_cfg, args.out, vocabulary=vocabulary_digest(tok))

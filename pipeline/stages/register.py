@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
             pip_requirements=pip_requirements(),
             input_example=example,
             registered_model_name=cfg.model_name,
-            model_config=serving_config(contract, params.evaluate.threads),
+            model_config=serving_config(contract, params.export.threads),
             tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
                   "pipeline_run": tracker.parent_id or ""},
         )

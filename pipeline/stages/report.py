@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline.attention_plots import STATISTIC_TITLES
+from pipeline.attention_plots import SENTENCES, STATISTIC_TITLES
 from pipeline.document import Block, Figure, Heading, Table, Text, to_html, to_markdown
 from pipeline.io import DataError, atomic_path, read_json
 from pipeline.model_card import DEPLOYED
@@ -34,6 +34,7 @@ VARIANTS = {
     "student_onnx_int8": "student, fused int8 ONNX (deployed)",
 }
 TEXT_CHARS = 240  # long reviews are cut in the example tables
+EXAMPLES = 10  # rows a list: most confident mistakes, most confident right, least sure
 
 
 def _num(metrics: dict[str, Any], key: str, spec: str, scale: float = 1.0) -> str:
@@ -155,12 +156,12 @@ def build(params: Params, stages: dict[str, dict[str, Any]], data_report: dict[s
         Heading("What the teacher attends to"),
     ]
     blocks.append(head_summary(heads))
-    for i, sentence in enumerate(params.evaluate.attention_sentences):
+    for i, sentence in enumerate(SENTENCES):
         blocks.append(Figure(plots / "attention" / f"sentence_{i}.png", f"every head on {sentence!r}"))
     blocks.append(Figure(plots / "attention" / "heads.png", "per-head statistics over test sentences; sentiment words are "
                                                             "the baseline's highest-weight words"))
     blocks.append(Heading(f"Example predictions of the deployed model ({DEPLOYED})"))
-    for title, rows in examples(test, predictions, DEPLOYED, params.report.examples).items():
+    for title, rows in examples(test, predictions, DEPLOYED, EXAMPLES).items():
         blocks += [Heading(title, 3), example_table(rows) if len(rows) else Text("none")]
     missing = [str(b.path) for b in blocks if isinstance(b, Figure) and not b.path.is_file()]
     if missing:

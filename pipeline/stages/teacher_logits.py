@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
             return
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        precision = resolve_precision(params.finetune.precision, next(teacher.parameters()).device)
+        precision = resolve_precision(params.train.precision, next(teacher.parameters()).device)
         start = time.perf_counter()
         logits = teacher_logits(teacher, sequences, "teacher logits", precision)
         seconds = time.perf_counter() - start

@@ -35,7 +35,7 @@ def run(cfg: TokenizerParams, corpus: pd.DataFrame, dev_texts: list[str]) -> tup
     start = time.perf_counter()
     tok = train_wordpiece(
         iter(corpus["text"]),
-        TokenizerConfig(vocab_size=cfg.vocab_size, min_frequency=cfg.min_frequency, lowercase=cfg.lowercase),
+        TokenizerConfig(vocab_size=cfg.vocab_size, lowercase=cfg.lowercase),
         length=len(corpus),
     )
     metrics = {"vocab_size": tok.get_vocab_size(), "train_seconds": time.perf_counter() - start}

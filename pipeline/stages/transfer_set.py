@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = params.transfer_set
     with stage_run("transfer_set", params, [args.data / CORPUS]) as tracker:
         corpus = read_table(args.data / CORPUS, ["text"])["text"].tolist()
-        texts = transfer_texts(corpus, labelled_texts(args.data), cfg)
+        texts = transfer_texts(corpus, labelled_texts(args.data), cfg.rows, params.train.seed)
         if 0 < len(texts) < cfg.rows:
             print(f"transfer_set: the corpus gave {len(texts)} texts of the {cfg.rows} asked for")
         write_table(pd.DataFrame({"text": pd.Series(texts, dtype=str)}), args.out)
