@@ -147,6 +147,6 @@ def fit_tfidf_with_extra(params: Params, data: Path, train_df: pd.DataFrame, val
     training rows plus ``task.intermediate``'s labelled texts."""
     fit_rows, extra = train_df, params.task.intermediate
     if extra != "none":
-        fit_rows = pd.concat([train_df, load_split(data, dataclasses.replace(params.task, name=extra, intermediate="none"), "train")])
+        fit_rows = pd.concat([train_df, load_split(data, params.task.intermediate_task(), "train")])
     baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
     return baseline, len(fit_rows)

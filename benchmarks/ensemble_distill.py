@@ -71,7 +71,7 @@ def main() -> None:
     tok = load_tokenizer(args.root / "models" / "tokenizer" / "tokenizer.json")
     train, val, scored = (load_split(data, task, s) for s in ("train", "val", args.split))
     extra = None if task.intermediate == "none" else load_split(
-        data, dataclasses.replace(task, name=task.intermediate, intermediate="none"), "train")
+        data, task.intermediate_task(), "train")
     teacher, _, head_cfg = load_model(args.root / "models" / "finetune" / "model.safetensors")
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)

@@ -88,6 +88,13 @@ class TaskParams:
     def __post_init__(self) -> None:
         check_window("task", self)
 
+    def intermediate_task(self, **cut: Any) -> TaskParams | None:
+        """``intermediate`` as a task of its own (its splits, read as ``cut`` overrides say; the task's windows
+        otherwise); None when there is none."""
+        if self.intermediate == "none":
+            return None
+        return dataclasses.replace(self, name=self.intermediate, intermediate="none", **cut)
+
 
 @dataclass(frozen=True)
 class TokenizerParams:

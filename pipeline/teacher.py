@@ -34,19 +34,18 @@ def finetune_loop(cfg: FinetuneParams, shared: TrainParams) -> ClassifierLoop:
     )
 
 
-def transfer_task(cfg: FinetuneParams, task: TaskParams) -> TaskParams:
+def transfer_task(cfg: FinetuneParams, task: TaskParams) -> TaskParams | None:
     """The intermediate task as the teacher reads it: head and tail of ``transfer.max_length`` tokens, windows
     stepping 3/4 of that in validation."""
     length = cfg.transfer.max_length
-    return TaskParams(name=task.intermediate, intermediate="none", max_length=length, stride=length * 3 // 4,
-                      aggregate=task.aggregate, truncation="head_tail")
+    return task.intermediate_task(max_length=length, stride=length * 3 // 4, truncation="head_tail")
 
 
 def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
     """(path, table) of the intermediate task's train and val splits, read once; [] when there is none."""
-    if task.intermediate == "none":
-        return []
     other = transfer_task(cfg, task)
+    if other is None:
+        return []
     return [(split_path(data_dir, other, split), load_split(data_dir, other, split)) for split in ("train", "val")]
 
 

@@ -5,7 +5,6 @@ task's texts shuffled in when ``task.intermediate`` names one. The ``cnn`` stage
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +32,7 @@ def cnn_loop(cfg: CNNParams, shared: TrainParams) -> ClassifierLoop:
 
 def extra_task(task: TaskParams) -> TaskParams | None:
     """How the intermediate task's texts are cut: one sequence of ``EXTRA_MAX_LENGTH``, head and tail."""
-    if task.intermediate == "none":
-        return None
-    return dataclasses.replace(task, name=task.intermediate, intermediate="none", max_length=EXTRA_MAX_LENGTH,
-                               stride=EXTRA_MAX_LENGTH - 2, truncation="head_tail")
+    return task.intermediate_task(max_length=EXTRA_MAX_LENGTH, stride=EXTRA_MAX_LENGTH - 2, truncation="head_tail")
 
 
 def train_word_cnn(cfg: CNNParams, shared: TrainParams, vectors: torch.Tensor, rows: tuple[list[list[int]], np.ndarray],

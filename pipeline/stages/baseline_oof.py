@@ -15,7 +15,6 @@ one a core.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     task, share = params.task, params.soft_targets.shares.tfidf
     paths = [split_path(args.data, task, "train"), args.transfer]
-    extra_task = None if task.intermediate == "none" else dataclasses.replace(task, name=task.intermediate, intermediate="none")
+    extra_task = task.intermediate_task()
     if extra_task is not None:
         paths.append(split_path(args.data, extra_task, "train"))
     with stage_run("baseline_oof", params, paths) as tracker:
