@@ -40,13 +40,12 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import RecordingTracker
 from pipeline import pretraining
 from pipeline.io import read_table
-from pipeline.params import FinetuneParams, Params, TaskParams
-from pipeline.splits import TASK_SPLITS
+from pipeline.params import FinetuneParams, Params
 
 # name -> params overrides ("section.key": value)
 FINETUNE_VARIANTS: dict[str, dict] = {
     "reference": {},
-    "no_pretraining": {},  # random init: teacher.build(..., None) (finetune.from_pretrained left params.yaml)
+    "no_pretraining": {},  # random init: teacher.build(..., None, num_labels) (finetune.from_pretrained left params.yaml)
     "llrd_0.8": {"finetune.llrd": 0.8},
     "gradual_unfreezing": {"finetune.unfreeze_every": 300},
     "fgm": {"finetune.adversarial": "fgm"},  # epsilon: the profile's finetune section; PGD's alpha, steps: ClassifierLoop's
@@ -55,14 +54,12 @@ FINETUNE_VARIANTS: dict[str, dict] = {
 RANDOM_INIT = {"no_pretraining"}  # variants fine-tuned from random weights instead of the encoder
 
 
-def finetune_variants(cfg: FinetuneParams, task: TaskParams) -> dict[str, dict]:
-    """FINETUNE_VARIANTS, one row per pooling other than the profile's, and the transfer phase flipped."""
-    variants = {**FINETUNE_VARIANTS, **{f"{p}_pooling": {"finetune.pooling": p} for p in POOLING if p != cfg.pooling}}
-    if task.intermediate != "none":
-        variants["no_transfer"] = {"task.intermediate": "none"}
-    else:
-        variants.update({f"transfer_{t}": {"task.intermediate": t} for t in TASK_SPLITS if t != task.name})
-    return variants
+def finetune_variants(cfg: FinetuneParams) -> dict[str, dict]:
+    """FINETUNE_VARIANTS and one row per pooling other than the profile's.
+
+    No transfer-phase variants (no_transfer, transfer_<task>): the intermediate task is named by the dataset's
+    description (datasets/<name>.yaml), not by a params key an override could flip (``task.intermediate`` is gone)."""
+    return {**FINETUNE_VARIANTS, **{f"{p}_pooling": {"finetune.pooling": p} for p in POOLING if p != cfg.pooling}}
 
 
 def arch_variants(model_cfg: ModelConfig) -> dict[str, dict]:
@@ -79,7 +76,7 @@ ParamsFor = Callable[[dict[str, Any]], Params]  # {"section.key": value} -> vali
 def finetune_block(params_for: ParamsFor, names: list[str], encoder: Path, tok, data: TaskData) -> list[dict]:
     rows = []
     reference = params_for({})
-    variants = finetune_variants(reference.finetune, reference.task)
+    variants = finetune_variants(reference.finetune)
     for name in names:
         params = params_for(variants[name])
         mlm, model_cfg, _ = load_model(encoder)  # afresh: every variant starts from the same weights
@@ -142,7 +139,7 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     wanted = args.only.split(",")
     arch_names = list(arch_variants(params.model_config(tok.get_vocab_size())))
-    ft_names = list(finetune_variants(params.finetune, params.task))
+    ft_names = list(finetune_variants(params.finetune))
     ft = [n for n in ft_names if "finetune" in wanted or n in wanted]
     arch = [n for n in arch_names if "arch" in wanted or n in wanted]
     unknown = set(wanted) - {"finetune", "arch"} - set(ft_names) - set(arch_names)

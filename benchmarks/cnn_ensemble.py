@@ -3,7 +3,7 @@
 On a finished pipeline run (``--root``: its prepared data, tokenizer, pretrained encoder and
 fine-tuned teacher), trains the ``cnn`` stage's word-level CNN (``pipeline.word_cnn.train_word_cnn``,
 params.yaml's ``cnn`` section with ``-S`` overrides) once a seed, fits the ``baseline`` section's
-TF-IDF + LR on the task's training split plus ``task.intermediate``'s texts (as the
+TF-IDF + LR on the task's training split plus the intermediate task's texts (as the
 student's soft targets see it), and scores on validation and on the test split of record: each
 model alone, their agreement with the teacher, and probability averages of the three (equal
 thirds, the pipeline's ``soft_targets.shares``, and
@@ -41,7 +41,7 @@ from minibert.tokenizer import load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.params import SharesParams
 from pipeline.soft_targets import average_at, combine, log_probabilities, shares_on_validation
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 from pipeline.task import encode_train
 from pipeline.word_cnn import train_word_cnn, with_extra
 
@@ -62,7 +62,7 @@ def main() -> None:
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     task, cfg, ens = params.task, params.cnn, params.soft_targets.shares
     tok = load_tokenizer(args.tokenizer)
-    train_df, val_df, test_df = (load_split(args.data, task, s) for s in ("train", "val", "test"))
+    train_df, val_df, test_df = (load_split(args.data, s) for s in ("train", "val", "test"))
     y_val, y_test = val_df["label"].to_numpy(), test_df["label"].to_numpy()
     scorers_for = scorers_by_reading(tok, [val_df, test_df])
     reads = params.cnn_task()  # the word-CNN's own windows when cnn.max_length is set
@@ -76,11 +76,12 @@ def main() -> None:
     encoder, _, _ = load_model(args.root / "models" / "pretrain" / "model.safetensors")
     vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
     (sequences, labels), _ = with_extra(tok, args.data, task, encode_train(tok, train_df, reads))
+    num_labels = prepared(args.data).num_labels
     rows, cnn_probs = [], []
     for seed in args.seeds:
         start = time.perf_counter()
         model, _, metrics = train_word_cnn(cfg, dataclasses.replace(params.train, seed=seed), vectors, (sequences, labels),
-                                           cnn_scorers[0], NullTracker())
+                                           cnn_scorers[0], NullTracker(), num_labels)
         c_val, c_test = (softmax(s.logits(model)) for s in cnn_scorers)
         cnn_probs.append((c_val, c_test))
         chosen, _ = shares_on_validation([t_val, b_val, c_val], y_val)
@@ -101,7 +102,7 @@ def main() -> None:
                      **{name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)} for name, (v, t) in mixes.items()}})
         print(f"seed {seed}: cnn val {rows[-1]['cnn']['val']:.4f} test {rows[-1]['cnn']['test']:.4f} "
               f"({metrics['train_seconds']:.0f} s, {metrics['steps']} steps)", flush=True)
-    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": params.data.dataset,
               "overrides": args.overrides, "cnn": dataclasses.asdict(cfg),
               "teacher": {"val": accuracy(t_val, y_val), "test": accuracy(t_test, y_test)},
               "tfidf": {"val": accuracy(b_val, y_val), "test": accuracy(b_test, y_test), "fit_rows": fit_rows},
@@ -115,7 +116,7 @@ def main() -> None:
                                                                            average_at(chosen, [t_test, b_test, c_test]))}
         record["seeds_averaged"] = {name: {"val": accuracy(v, y_val), "test": accuracy(t, y_test)}
                                     for name, (v, t) in averaged.items()}
-    print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
+    print(f"\n| model | val | {params.data.dataset} test of record |\n|---|---|---|")
     print(f"| teacher | {record['teacher']['val']:.2%} | {record['teacher']['test']:.2%} |")
     print(f"| TF-IDF + LR | {record['tfidf']['val']:.2%} | {record['tfidf']['test']:.2%} |")
     for name in [k for k in rows[0] if isinstance(rows[0][k], dict)]:

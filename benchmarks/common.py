@@ -25,7 +25,7 @@ from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 from pipeline.task import encode_train
 from pipeline.teacher import build, finetune_loop, transfer_phase, transfer_splits
 from pipeline.tfidf import fit_baseline
@@ -86,14 +86,15 @@ def step_gaps(model: torch.nn.Module, batches: Iterable, loss_fn: Callable, opti
 
 
 class TaskData:
-    """The task's train / val / test splits, encoded once and shared by every variant."""
+    """The task's train / val / test splits, encoded once and shared by every variant, and what
+    ``dataset.json`` says of them (class names, intermediate task)."""
 
     def __init__(self, params: Params, tok: Tokenizer, data: Path, precision: str = "fp32") -> None:
-        self.tok, self.dir = tok, data
+        self.tok, self.dir, self.prepared = tok, data, prepared(data)
         task = params.task
-        self.train = encode_train(tok, load_split(data, task, "train"), task)
-        self.val = validation(tok, load_split(data, task, "val"), task, precision)
-        self.test = validation(tok, load_split(data, task, "test"), task, precision)
+        self.train = encode_train(tok, load_split(data, "train"), task)
+        self.val = validation(tok, load_split(data, "val"), task, precision)
+        self.test = validation(tok, load_split(data, "test"), task, precision)
 
 
 class PrintingTracker:
@@ -123,9 +124,9 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
     ``keep`` receives the fine-tuned classifier (to save it, say) before it is scored.
     """
     torch.manual_seed(params.train.seed)
-    model = build(params.finetune, model_cfg, backbone).to(device or World().device())
+    model = build(params.finetune, model_cfg, backbone, data.prepared.num_labels).to(device or World().device())
     tracker = RecordingTracker(tracker)
-    splits = transfer_splits(params.finetune, params.task, data.dir)
+    splits = transfer_splits(data.dir)
     model, transfer = transfer_phase(model, params.finetune, params.train, params.task, data.tok, splits, tracker)
     model, metrics = train_classifier(model, finetune_loop(params.finetune, params.train), data.train, data.val, tracker)
     metrics.update(transfer)
@@ -133,7 +134,8 @@ def finetune_and_score(params: Params, model_cfg: ModelConfig, backbone: Backbon
         keep(model)
     start = time.perf_counter()
     scored = classification_metrics(data.test[1], data.test[0](model))
-    return {**metrics, "test_accuracy": scored["accuracy"], "test_f1": scored["f1"],
+    # test_f1: macro-F1 (records written before the data API change hold the binary F1 of class 1)
+    return {**metrics, "test_accuracy": scored["accuracy"], "test_f1": scored["macro_f1"],
             "test_seconds": time.perf_counter() - start}
 
 
@@ -144,9 +146,9 @@ def accuracy(prob: np.ndarray, labels: np.ndarray) -> float:
 
 def fit_tfidf_with_extra(params: Params, data: Path, train_df: pd.DataFrame, val_df: pd.DataFrame):
     """The ``baseline`` section's TF-IDF + LR fitted as the student's soft targets see it: the task's
-    training rows plus ``task.intermediate``'s labelled texts."""
-    fit_rows, extra = train_df, params.task.intermediate
-    if extra != "none":
-        fit_rows = pd.concat([train_df, load_split(data, params.task.intermediate_task(), "train")])
+    training rows plus the intermediate task's labelled texts (when the dataset's description names one)."""
+    fit_rows = train_df
+    if prepared(data).intermediate is not None:
+        fit_rows = pd.concat([train_df, load_split(data, "train", intermediate=True)])
     baseline, _ = fit_baseline(params.baseline, fit_rows, val_df)
     return baseline, len(fit_rows)

@@ -104,7 +104,7 @@ def main() -> None:
     student_task = reading(task, read_contract(root / "models/distill/model.safetensors").windows)
     tok_path = root / "models/tokenizer/tokenizer.json"
     tok = load_tokenizer(tok_path)
-    test = load_split(root / "data/prepared", task, "test")
+    test = load_split(root / "data/prepared", "test")
     texts, labels = test["text"].tolist(), test["label"].to_numpy()
     documents = encode_documents(tok, texts)
 

@@ -8,7 +8,7 @@ the run's own params) and seed trains the ``distill`` stage's student (``pipelin
 and scores it on validation and on the test split of record. Nothing is refitted, so every variant
 learns the same targets. First it prints the members the targets average, on the same splits: the
 teacher, the saved word-CNN, TF-IDF + LR refitted as ``baseline_oof``'s folds are (the training rows
-plus ``task.intermediate``'s texts) and their mix at the run's shares, the student's ceiling.
+plus the intermediate task's texts) and their mix at the run's shares, the student's ceiling.
 Prints a table (mean over seeds per variant) and appends one JSON record to
 benchmarks/results/distill_variants.jsonl.
 
@@ -52,7 +52,7 @@ def main() -> None:
     task, ens = params.task, params.soft_targets.shares
     tok = load_tokenizer(models / "tokenizer" / "tokenizer.json")
     data = root / "data" / "prepared"
-    train_df, val_df, test_df = (load_split(data, task, s) for s in ("train", "val", "test"))
+    train_df, val_df, test_df = (load_split(data, s) for s in ("train", "val", "test"))
     scorers_for = scorers_by_reading(tok, [val_df, test_df])
     scorers = scorers_for(task)
     labels = [s.labels for s in scorers]
@@ -113,14 +113,14 @@ def main() -> None:
                          "non_embedding_params": metrics["student_non_embedding_params"]})
             print(json.dumps(runs[-1]), flush=True)
 
-    print(f"\n| model | val | {task.name} test of record |\n|---|---|---|")
+    print(f"\n| model | val | {params.data.dataset} test of record |\n|---|---|---|")
     for name, row in ceiling.items():
         print(f"| {name} | {row['val']:.2%} | {row['test']:.2%} |")
     for name in dict.fromkeys(r["variant"] for r in runs):
         mine = [r for r in runs if r["variant"] == name]
         print(f"| student: {name} (mean of {len(mine)} seeds) | {np.mean([r['val'] for r in mine]):.2%} | "
               f"{np.mean([r['test'] for r in mine]):.2%} ({', '.join(format(r['test'], '.2%') for r in mine)}) |")
-    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(root), "task": task.name,
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(root), "task": params.data.dataset,
               "members": ceiling, "runs": runs}
     with (ROOT / "benchmarks" / "results" / "distill_variants.jsonl").open("a") as f:
         f.write(json.dumps(record) + "\n")

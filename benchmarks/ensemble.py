@@ -1,7 +1,8 @@
 """A fine-tuned classifier averaged with TF-IDF + logistic regression: how far does a second model family go?
 
 Fits the baseline stage's TF-IDF + LR (params.yaml's ``baseline`` section) on the task's
-training split, and again on it plus the labelled IMDb training reviews; averages each one's
+training split, and again on it plus the intermediate task's labelled training texts (SST-2's: the IMDb
+reviews) when the dataset's description names one; averages each one's
 probabilities with ``--model``'s (a fine-tuned checkpoint, read through the task's windows),
 the weight chosen on the validation split in steps of 0.1, and scores the test split of record.
 Writes benchmarks/results/ensemble.json (and prints it).
@@ -13,7 +14,6 @@ Writes benchmarks/results/ensemble.json (and prints it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +28,7 @@ from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.scoring import validation
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 from pipeline.tfidf import fit_baseline
 
 WEIGHTS = np.round(np.linspace(0.0, 1.0, 11), 1)  # the fine-tuned model's share of the average
@@ -53,15 +53,16 @@ def main() -> None:
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     task = params.task
     tok = load_tokenizer(args.tokenizer)
-    train, val, test = (load_split(args.data, task, split) for split in ("train", "val", "test"))
+    train, val, test = (load_split(args.data, split) for split in ("train", "val", "test"))
     model, _, _ = load_model(args.model)
     val_prob, test_prob = (softmax(validation(tok, df, task)[0](model)) for df in (val, test))
     y_val, y_test = val["label"].to_numpy(), test["label"].to_numpy()
     record: dict = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "model": str(args.model),
-                    "task": task.name, "model_test_accuracy": accuracy(test_prob, y_test)}
+                    "task": params.data.dataset, "model_test_accuracy": accuracy(test_prob, y_test)}
     fits = {"tfidf": train}
-    if task.name == "sst2":  # and again with the labelled IMDb reviews
-        fits["tfidf+imdb"] = pd.concat([train, load_split(args.data, dataclasses.replace(task, name="imdb"), "train")])
+    intermediate = prepared(args.data).intermediate
+    if intermediate is not None:  # and again with its labelled texts (SST-2: "tfidf+imdb")
+        fits[f"tfidf+{intermediate}"] = pd.concat([train, load_split(args.data, "train", intermediate=True)])
     for name, rows in fits.items():
         baseline, metrics = fit_baseline(params.baseline, rows, val)
         other_val, other_test = baseline.predict_proba(val["text"]), baseline.predict_proba(test["text"])

@@ -3,7 +3,7 @@ with or without a transfer set of unlabelled sentences.
 
 On a finished pipeline run (``--root``: its prepared data, tokenizer, teacher and teacher logits),
 computes TF-IDF + LR's out-of-fold probabilities once (the ``baseline_oof`` stage's code, with
-params.yaml's ``baseline`` section, ``task.intermediate``'s texts and ``train.seed``), then trains the
+params.yaml's ``baseline`` section, the intermediate task's texts and ``train.seed``), then trains the
 ``distill`` stage's student for every (baseline share, seed) pair and scores it on the test split of record
 (``--split val`` for the validation split: IMDb's test split takes minutes a model). Share 0 is the
 teacher alone. ``--transfer-rows`` adds the first N texts of the transfer set (``transfer_set``
@@ -41,7 +41,7 @@ from pipeline.io import read_table
 from pipeline.scoring import teacher_logits as score_teacher
 from pipeline.scoring import validation
 from pipeline.soft_targets import UNLABELLED, combine, load_logits, log_probabilities
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 from pipeline.task import encode_train_indexed
 from pipeline.tfidf import FOLDS, fold_jobs, out_of_fold
 from pipeline.transfer_texts import CORPUS, labelled_texts, transfer_texts
@@ -66,12 +66,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     task, seed = params.task, params.train.seed
-    ensemble = {"folds": FOLDS, "extra_task": task.intermediate, "seed": seed}  # what baseline_oof fits with
     data = args.root / "data" / "prepared"
+    intermediate = prepared(data).intermediate
+    ensemble = {"folds": FOLDS, "extra_task": intermediate or "none", "seed": seed}  # what baseline_oof fits with
     tok = load_tokenizer(args.root / "models" / "tokenizer" / "tokenizer.json")
-    train, val, scored = (load_split(data, task, s) for s in ("train", "val", args.split))
-    extra = None if task.intermediate == "none" else load_split(
-        data, task.intermediate_task(), "train")
+    train, val, scored = (load_split(data, s) for s in ("train", "val", args.split))
+    extra = None if intermediate is None else load_split(data, "train", intermediate=True)
     teacher, _, head_cfg = load_model(args.root / "models" / "finetune" / "model.safetensors")
     sequences, labels, text_index = encode_train_indexed(tok, train, task)
     teacher_logits = load_logits(args.root / "models" / "teacher_logits" / "train.npz", labels)
@@ -109,7 +109,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     for key, label in (("accuracy", args.split), ("val_accuracy", "val (best pass, the one kept)")):
         acc = {arm: {r["seed"]: r[key] for r in rows if (r["share"], r["transfer_rows"], r["epochs"]) == arm} for arm in arms}
-        print(f"\n{task.name} {label} accuracy of the distilled student (teacher: {args.root})")
+        print(f"\n{params.data.dataset} {label} accuracy of the distilled student (teacher: {args.root})")
         print("| share | transfer rows | epochs | " + " | ".join(f"seed {s}" for s in args.seeds)
               + f" | mean | mean gain over {' / '.join(map(str, arms[0]))} |")
         print("|---" * (len(args.seeds) + 5) + "|")
@@ -117,7 +117,7 @@ def main() -> None:
             gain = np.mean([acc[arm][s] - acc[arms[0]][s] for s in args.seeds]) * 100
             print("| " + " | ".join(map(str, arm)) + " | " + " | ".join(f"{100 * acc[arm][s]:.2f}" for s in args.seeds)
                   + f" | {100 * np.mean(list(acc[arm].values())):.2f} | {gain:+.2f} |")
-    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": task.name,
+    record = {"date": datetime.now(UTC).isoformat(timespec="seconds"), "root": str(args.root), "task": params.data.dataset,
               "split": args.split, "ensemble": ensemble, "oof_seconds": oof_seconds,
               "distill": {"epochs": lengths, "time_budget_min": params.distill.time_budget_min},
               "transfer_set": dataclasses.asdict(params.transfer_set),

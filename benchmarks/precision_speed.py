@@ -76,10 +76,10 @@ def main() -> None:
         ids = [e.ids[:max_length] for e in tok.encode_batch(table["text"].tolist())]
         return ids, table["label"].to_numpy()
 
-    sst2 = rows("sst2_train.parquet", 64)
+    sst2 = rows("train.parquet", 64)  # the task's rows; the IMDb case reads its intermediate task's (the default data)
     cases = {
         "finetune SST-2, 32 x <= 64": ("classify", sst2),
-        "finetune IMDb, 32 x 128": ("classify", rows("imdb_train.parquet", 128)),
+        "finetune IMDb, 32 x 128": ("classify", rows("intermediate_train.parquet", 128)),
         "distill SST-2, 32 x <= 64": ("distill", sst2),
         "teacher inference SST-2, 128 x <= 64": ("infer", sst2),
     }

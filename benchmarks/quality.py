@@ -114,19 +114,20 @@ def with_budgets(params: Params, pretrain_min: float | None = None, max_steps: i
     return dataclasses.replace(params, pretrain=pre, finetune=fine)
 
 
-def finetune_minutes(params: Params) -> float:
-    """The fine-tuning phases' time budgets together (transfer only when it is on); inf if unbounded."""
+def finetune_minutes(params: Params, transfer: bool) -> float:
+    """The fine-tuning phases' time budgets together (transfer only when it is on: the data has an intermediate
+    task); inf if unbounded."""
     fine = params.finetune
-    parts = [fine.time_budget_min] + ([fine.transfer.time_budget_min] if params.task.intermediate != "none" else [])
+    parts = [fine.time_budget_min] + ([fine.transfer.time_budget_min] if transfer else [])
     return float("inf") if None in parts else float(sum(parts))
 
 
-def fit_finetune_to_deadline(params: Params, deadline: float | None, reserve_s: float) -> Params:
+def fit_finetune_to_deadline(params: Params, deadline: float | None, reserve_s: float, transfer: bool) -> Params:
     """Scale the transfer and fine-tuning budgets down together when they would overrun ``deadline``."""
     if deadline is None:
         return params
     left_min = (deadline - time.time() - reserve_s) / 60.0
-    planned = finetune_minutes(params)
+    planned = finetune_minutes(params, transfer)
     if planned <= left_min:
         return params
     fine = params.finetune
@@ -199,7 +200,7 @@ def main() -> None:
     record: dict = {"tag": args.tag, "when": datetime.now(UTC).isoformat(timespec="seconds"),
                     "machine": f"{platform.machine()}, {os.cpu_count()} cores, {args.threads} threads",
                     "params": str(args.params.relative_to(ROOT) if args.params.is_relative_to(ROOT) else args.params),
-                    "overrides": args.overrides, "task": params.task.name, "model": dataclasses.asdict(model_cfg),
+                    "overrides": args.overrides, "task": params.data.dataset, "model": dataclasses.asdict(model_cfg),
                     **device_facts(device)}
     seconds: dict[str, float] = {}
     say(start={k: record[k] for k in ("tag", "machine", "device", "torch", "python", "params", "overrides")}
@@ -207,6 +208,7 @@ def main() -> None:
     mark = time.perf_counter()
     data = TaskData(params, tok, args.data)
     seconds["task_data"] = time.perf_counter() - mark
+    transfer = data.prepared.intermediate is not None  # the teacher's transfer phase runs
     mlm = None
     if args.encoder:
         mlm, model_cfg, _ = load_model(args.encoder)
@@ -217,7 +219,7 @@ def main() -> None:
         seconds["read_corpus"] = time.perf_counter() - mark
         budget_min = params.pretrain.time_budget_min
         if args.deadline is not None and budget_min is not None:
-            left_min = (args.deadline - time.time() - args.reserve_s) / 60.0 - finetune_minutes(params)
+            left_min = (args.deadline - time.time() - args.reserve_s) / 60.0 - finetune_minutes(params, transfer)
             if left_min < budget_min:
                 budget_min = min(budget_min, max(left_min, 0.5))  # at least half a minute of pretraining
                 record["deadline_pretrain_time_budget_min"] = budget_min
@@ -250,7 +252,7 @@ def main() -> None:
         say(pretrain=record["pretrain"], pretrain_throughput=record["pretrain_throughput"])
         if args.save:
             save_model(mlm, model_cfg, args.save)
-    params = fit_finetune_to_deadline(params, args.deadline, args.reserve_s / 2)
+    params = fit_finetune_to_deadline(params, args.deadline, args.reserve_s / 2, transfer)
     record["finetune_budgets_min"] = {"finetune": params.finetune.time_budget_min,
                                       "transfer": params.finetune.transfer.time_budget_min}
     failed = False
@@ -261,8 +263,8 @@ def main() -> None:
         try:
             keep = None
             if key == "finetune" and args.save_classifier:
-                keep = lambda m: save_model(m, model_cfg, args.save_classifier, head_config(params.finetune),  # noqa: E731
-                                            vocabulary_digest(tok))
+                keep = lambda m: save_model(m, model_cfg, args.save_classifier,  # noqa: E731
+                                            head_config(params.finetune, data.prepared.num_labels), vocabulary_digest(tok))
             record[key] = finetune_and_score(params, model_cfg, backbone, data, device, PrintingTracker(NullTracker(), key), keep)
         except Exception:  # keep what pretraining measured: the record is still written, the exit status says it failed
             traceback.print_exc()

@@ -26,7 +26,6 @@ import torch
 from common import ROOT, PrintingTracker, add_params_args, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model, save_model
-from minibert.config import ClassifierConfig
 from minibert.inference import encode, predict_logits
 from minibert.model import SequenceClassifier
 from minibert.runtime import softmax
@@ -35,9 +34,9 @@ from minibert.trainer import NullTracker
 from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics
 from pipeline.scoring import validation
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 from pipeline.task import encode_train
-from pipeline.teacher import build, finetune_loop, transfer_phase, transfer_splits
+from pipeline.teacher import build, finetune_loop, head_config, transfer_phase, transfer_splits
 from pipeline.transfer_texts import review_sentences
 
 
@@ -69,9 +68,9 @@ def main() -> None:
     params = load_with_overrides(args.params, parse_overrides(args.overrides), args.profile)
     cfg, shared, task = params.finetune, params.train, params.task
     tok = load_tokenizer(args.tokenizer)
-    train = encode_train(tok, load_split(args.data, task, "train"), task)
-    val = validation(tok, load_split(args.data, task, "val"), task)
-    test = validation(tok, load_split(args.data, task, "test"), task)
+    train = encode_train(tok, load_split(args.data, "train"), task)
+    val = validation(tok, load_split(args.data, "val"), task)
+    test = validation(tok, load_split(args.data, "test"), task)
     record: dict = {"tag": args.tag, "date": datetime.now(UTC).isoformat(timespec="seconds"),
                     "args": {k: str(v) for k, v in vars(args).items()}}
     start = time.perf_counter()
@@ -84,14 +83,14 @@ def main() -> None:
         return classification_metrics(test[1], test[0](model))["accuracy"]
 
     args.work.mkdir(parents=True, exist_ok=True)
-    head = ClassifierConfig(2, cfg.pooling, cfg.dropout)
+    head = head_config(cfg, prepared(args.data).num_labels)
     teacher_path, imdb_path = args.work / "teacher.safetensors", args.work / "teacher_imdb.safetensors"
     if not teacher_path.exists():
         torch.manual_seed(shared.seed)
         mlm, model_cfg, _ = load_model(args.encoder)
-        teacher = build(cfg, model_cfg, mlm.backbone)
+        teacher = build(cfg, model_cfg, mlm.backbone, head.num_labels)
         tracker = PrintingTracker(NullTracker(), "teacher")
-        teacher, transfer = transfer_phase(teacher, cfg, shared, task, tok, transfer_splits(cfg, task, args.data), tracker)
+        teacher, transfer = transfer_phase(teacher, cfg, shared, task, tok, transfer_splits(args.data), tracker)
         save_model(teacher, model_cfg, imdb_path, head)
         teacher, metrics = train_classifier(teacher, finetune_loop(cfg, shared), train, val, tracker)
         save_model(teacher, model_cfg, teacher_path, head)
@@ -99,7 +98,7 @@ def main() -> None:
     teacher, model_cfg, _ = load_model(teacher_path)
     note(teacher_dev=dev(teacher))
 
-    imdb = load_split(args.data, dataclasses.replace(task, name="imdb"), "train")
+    imdb = load_split(args.data, "train", intermediate=True)  # the intermediate task: IMDb for SST-2
     pairs = [(s, label) for text, label in zip(imdb["text"], imdb["label"]) for s in review_sentences(text)]
     order = np.random.default_rng(0).permutation(len(pairs))[: 3 * args.max_sentences]
     sentences = [pairs[i][0] for i in order]

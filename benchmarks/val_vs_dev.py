@@ -39,7 +39,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
     cfg, shared = params.finetune, dataclasses.replace(params.train, seed=seed, eval_every=args.eval_every)
     torch.manual_seed(seed)
     mlm, model_cfg, _ = load_model(args.pretrained)
-    model = build(cfg, model_cfg, mlm.backbone)
+    model = build(cfg, model_cfg, mlm.backbone, data.prepared.num_labels)
     (val_logits, val_labels, val_tokens), (test_logits, test_labels, _) = data.val, data.test
     curve: list[dict[str, float]] = []
 
@@ -53,7 +53,7 @@ def one_seed(args: argparse.Namespace, params: Params, data: TaskData, seed: int
     _, metrics = train_classifier(model, finetune_loop(cfg, shared), data.train, Validation(both, val_labels, val_tokens), NullTracker())
     best = int(np.argmax([c["val"] for c in curve]))  # the first maximum, as train_classifier keeps
     return {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.task.name, "seed": seed,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), **describe(), "task": params.data.dataset, "seed": seed,
         "overrides": args.overrides, "eval_every": args.eval_every, "steps": metrics["steps"],
         "seconds": round(time.perf_counter() - start, 1), "curve": curve, "best_index": best,
         "best_step": metrics["best_step"], "test_at_best_val": curve[best]["test"], "test_at_last": curve[-1]["test"],

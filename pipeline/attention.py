@@ -1,9 +1,9 @@
 """Attention pictures and head statistics for a trained classifier: used by ``evaluate`` (logged
 with the run) and by ``minibert attention`` (on demand).
 
-The sentiment words are the baseline's: the unigrams with the largest absolute weights in the
-TF-IDF + logistic-regression model trained on the same data, so the set comes from the task's
-own training split rather than a hand-made list.
+The informative words are the baseline's: the unigrams with the largest absolute weights (for any
+class) in the TF-IDF + logistic-regression model trained on the same data, so the set comes from
+the task's own training split rather than a hand-made list (for a sentiment task, its sentiment words).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from pipeline.attention_plots import attention_grid_chart, attention_head_chart,
 from pipeline.io import DataError
 
 HEAD_ROWS = 256  # test rows the per-head statistics average over
-LEXICON_SIZE = 100  # the baseline's top-|weight| unigrams: the "sentiment words" heads are scored on
+LEXICON_SIZE = 100  # the baseline's top-|weight| unigrams: the "informative words" heads are scored on
 
 
-def sentiment_lexicon(baseline: object, size: int) -> set[str]:
-    """The ``size`` single words with the largest |weight| in a fitted TF-IDF + LR pipeline."""
+def informative_words(baseline: object, size: int) -> set[str]:
+    """The ``size`` single words with the largest |weight| for any class in a fitted TF-IDF + LR pipeline."""
     vectorizer, logreg = baseline.named_steps["tfidf"], baseline.named_steps["logreg"]  # type: ignore[attr-defined]
     names = vectorizer.get_feature_names_out()
-    weights = np.abs(logreg.coef_[0])
+    weights = np.abs(logreg.coef_).max(axis=0)
     unigrams = np.array([" " not in n for n in names])
     order = np.argsort(-weights[unigrams], kind="stable")[:size]
     return set(names[unigrams][order].tolist())
@@ -40,7 +40,7 @@ def sentiment_lexicon(baseline: object, size: int) -> set[str]:
 
 def encode_sentences(tok: Tokenizer, texts: Sequence[str], max_length: int,
                      lexicon: Collection[str] = ()) -> tuple[torch.Tensor, torch.Tensor, list[list[str]], torch.Tensor]:
-    """(ids (B, T), mask (B, T), tokens a sentence, sentiment flags (B, T)) with [CLS] / [SEP],
+    """(ids (B, T), mask (B, T), tokens a sentence, informative-word flags (B, T)) with [CLS] / [SEP],
     cut to ``max_length``. A word piece is flagged when the whole word it belongs to is in
     ``lexicon`` (word pieces joined, lowercased)."""
     tok.no_padding()  # padding here would make [PAD] look like a real token
@@ -67,14 +67,14 @@ def head_table(model: nn.Module, tok: Tokenizer, texts: Sequence[str], max_lengt
     weights: dict[str, float] = {}
     cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
     for start in range(0, len(texts), batch_size):
-        ids, mask, _, sentiment = encode_sentences(tok, texts[start : start + batch_size], max_length, lexicon)
+        ids, mask, _, informative = encode_sentences(tok, texts[start : start + batch_size], max_length, lexicon)
         maps = attention_maps(model, ids, mask)
-        targets = {"cls": ids == cls_id, "sep": ids == sep_id, "sentiment": sentiment}
+        targets = {"cls": ids == cls_id, "sep": ids == sep_id, "informative": informative}
         stats = head_statistics(maps, mask, targets)
-        # the batch's weight in each average: its real queries (sentences with a sentiment word, for that one)
-        has_sentiment = (sentiment & mask.bool()).any(dim=1)
+        # the batch's weight in each average: its real queries (texts with an informative word, for that one)
+        has_word = (informative & mask.bool()).any(dim=1)
         counts = {name: float(mask.sum()) for name in stats}
-        counts["sentiment"] = float(mask[has_sentiment].sum())
+        counts["informative"] = float(mask[has_word].sum())
         for name, value in stats.items():
             totals[name] = totals.get(name, torch.zeros_like(value)) + value * counts[name]
             weights[name] = weights.get(name, 0.0) + counts[name]

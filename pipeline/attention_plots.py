@@ -16,17 +16,14 @@ import pandas as pd
 
 from pipeline.plots import new_figure, save_png
 
-SENTENCES = (  # drawn head by head (plots/attention/sentence_<i>.png, and the report)
-    "a gripping , beautifully acted film that never lets go .",
-    "the plot is dull and the jokes fall flat .",
-)
+PICTURED = 2  # the first test texts, drawn head by head (plots/attention/text_<i>.png, and the report)
 STATISTIC_TITLES = {
     "next_token": "to the next token",
     "previous_token": "to the previous token",
     "self": "to itself",
     "cls": "to [CLS]",
     "sep": "to [SEP]",
-    "sentiment": "to sentiment words",
+    "informative": "to the task's informative words",
 }
 
 

@@ -140,7 +140,7 @@ def train_classifier(
     model.load_state_dict(best["state"])
     metrics = {
         "val_accuracy": best["accuracy"],
-        "val_f1": result.evals[best["index"]][1]["f1"],
+        "val_macro_f1": result.evals[best["index"]][1]["macro_f1"],
         "best_step": result.evals[best["index"]][0],
         "steps": result.steps,
         "stopped_by_budget": result.stopped_by == "time_budget",

@@ -100,7 +100,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         print(f"  {stage:<14} {seconds:8.1f} s")
     evaluation = Path("metrics/evaluate.json")
     if evaluation.is_file():
-        print(f"\n{params.task.name} accuracy on the test split of record:")
+        print(f"\n{params.data.dataset} accuracy on the test split of record:")
         for variant, row in json.loads(evaluation.read_text()).items():
             print(f"  {variant:<18} {row['accuracy']:.4f}")
     return 0
@@ -161,8 +161,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise DataError("nothing to predict: give texts as arguments or --file with one text a line")
     configure(params.tracking.experiment, project_root())
     out = served_predict(f"models:/{params.register.model_name}@{args.alias}")(pd.DataFrame({"text": texts}))
-    for text, label, probability in zip(texts, out["label"], out["probability"]):
-        print(f"{'positive' if label == 1 else 'negative'}\t{probability:.4f}\t{text}")
+    classes = [c for c in out.columns if c.startswith("p_")]
+    for i, text in enumerate(texts):  # label, its probability, every class's, the text: tab-separated
+        every = " ".join(f"{c[2:]}={out[c].iloc[i]:.4f}" for c in classes)
+        print(f"{out['label'].iloc[i]}\t{out['probability'].iloc[i]:.4f}\t{every}\t{text}")
     return 0
 
 
@@ -185,6 +187,37 @@ def cmd_attention(args: argparse.Namespace) -> int:
     out = sentence_pictures(model, tok, args.text, min(args.max_length, cfg.max_positions), args.out or Path(default),
                             args.layer, args.head)
     print(out)
+    return 0
+
+
+def prepare_params():  # noqa: ANN201 - PrepareParams, imported late like every command's own needs
+    """The project's ``prepare`` section (how missing splits are carved), or its defaults outside a project."""
+    from pipeline.params import PrepareParams, load_params
+
+    return load_params().prepare if Path("params.yaml").is_file() else PrepareParams()
+
+
+def cmd_data_add(args: argparse.Namespace) -> int:
+    from pipeline.intake import add
+    from pipeline.orchestration import tool_env
+
+    names = None if args.labels is None else [n.strip() for n in args.labels.split(",")]
+    checked = add(args.files, args.text, args.label, args.name, names, args.group, prepare_params(), args.strict,
+                  dvc_env=tool_env())
+    name = checked.spec.name
+    print(checked.summary)
+    print(f"added: data/raw/{name}/ (DVC-tracked: data/raw/{name}.dvc) and datasets/{name}.yaml; commit both, `dvc push` "
+          f"the data, and train on it with data.dataset: {name} (in a profile: profiles/<name>.yaml)")
+    return 0
+
+
+def cmd_data_check(args: argparse.Namespace) -> int:
+    from pipeline import datasets
+    from pipeline.intake import check
+    from pipeline.params import load_params
+
+    name = args.name or load_params().data.dataset
+    print(check(datasets.load(name), prepare_params(), datasets.RAW, args.strict).summary)
     return 0
 
 
@@ -271,6 +304,26 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--max-length", type=int, default=64, help="tokens drawn at most, [CLS] and [SEP] included")
     attention.add_argument("--out", type=Path, help="PNG to write (default: attention.png, or attention_L<l>H<h>.png)")
     attention.set_defaults(func=cmd_attention)
+    data = sub.add_parser("data", help="bring your own labelled texts in (add), or re-validate them (check)")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    add = data_sub.add_parser(
+        "add", help="validate files, copy them to data/raw/NAME/, dvc add them, write datasets/NAME.yaml",
+        description="Add a labelled dataset: CSV, TSV, JSON Lines or Parquet files (gzipped or not) whose names start "
+                    "with train, validation (or dev) or test; a missing validation or test split is carved from train "
+                    "by a hash of the text. Every row is checked first; on any error nothing is written.")
+    add.add_argument("files", nargs="+", type=Path, help="the files, e.g. train.csv test.csv")
+    add.add_argument("--text", required=True, help="the column holding the text")
+    add.add_argument("--label", required=True, help="the column holding the label")
+    add.add_argument("--name", help="the dataset's name (default: the first file's folder name)")
+    add.add_argument("--labels", help="class names, comma-separated: integer labels' names in numeric order, or the "
+                                      "order of string labels (default: the values, sorted)")
+    add.add_argument("--group", help="a column whose equal values stay on one side of a carved split")
+    add.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    add.set_defaults(func=cmd_data_add)
+    check = data_sub.add_parser("check", help="re-validate a dataset's files as prepare reads them")
+    check.add_argument("name", nargs="?", help="the dataset (default: the active data.dataset)")
+    check.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    check.set_defaults(func=cmd_data_check)
     lineage = sub.add_parser("lineage", help="git commit, data digests, params and metrics behind a registered model")
     lineage.add_argument("model_uri", help="models:/<name>/<version> or models:/<name>@<alias>")
     lineage.set_defaults(func=cmd_lineage)

@@ -76,15 +76,16 @@ def allot(plan: Plan, phase: str, planned_s: float, now: float) -> Allotment:
     return Allotment(planned_s * scale, scale, untimed, ahead)
 
 
-def plan_for(params: Params, started: float) -> Plan | None:
-    """The plan of a run on ``params`` started at ``started`` (Unix time); None when the deadline is off."""
+def plan_for(params: Params, started: float, transfer: bool) -> Plan | None:
+    """The plan of a run on ``params`` started at ``started`` (Unix time); None when the deadline is off.
+    ``transfer``: the task's dataset names an intermediate task, so the teacher's transfer phase runs."""
     cfg: DeadlineParams = params.deadline
     if cfg.minutes is None:
         return None
     minutes = {"pretrain": params.pretrain.time_budget_min, "finetune": params.finetune.time_budget_min,
                "distill": None if params.distill.time_budget_min is None else params.distill.time_budget_min * params.distill.soup,
                "cnn": params.cnn.time_budget_min if params.soft_targets.shares.word_cnn > 0 else None,
-               "transfer": params.finetune.transfer.time_budget_min if params.task.intermediate != "none" else None}
+               "transfer": params.finetune.transfer.time_budget_min if transfer else None}
     return Plan(started=started, deadline=started + cfg.minutes * 60.0,
                 budgets={p: minutes[p] * 60.0 for p in PHASES if minutes[p] is not None},
                 share_before=dict(SHARE_BEFORE), floor=FLOOR)
@@ -143,11 +144,11 @@ def verdict(params: Params, seconds: float) -> str | None:
 
 
 @contextlib.contextmanager
-def pipeline_deadline(params: Params, started: float) -> Iterator[Plan | None]:
+def pipeline_deadline(params: Params, started: float, transfer: bool) -> Iterator[Plan | None]:
     """While open, the stages started from this process see the run's plan (a temp file via ``ENV``;
     with ``deadline.minutes`` null, no plan at all, whatever the environment held). A plan already
     open for the same ``started`` (the run being retried) is kept, with what it recorded."""
-    plan, previous = plan_for(params, started), os.environ.get(ENV)
+    plan, previous = plan_for(params, started, transfer), os.environ.get(ENV)
     if plan is not None and previous and Path(previous).is_file():
         open_plan = read_plan(Path(previous))
         if open_plan.started == started:

@@ -103,7 +103,7 @@ def run_soup(cfg: DistillParams, shared: TrainParams, cnn_model: Path, train: tu
     trained = sum(m["train_seconds"] for m in runs)
     record_trained("distill", trained)  # the members trained outside the plan's loops
     scored = classification_metrics(val.labels, val.logits(soup))
-    metrics = {**runs[0], **budget_metrics, "soup": cfg.soup, "val_accuracy": scored["accuracy"], "val_f1": scored["f1"],
+    metrics = {**runs[0], **budget_metrics, "soup": cfg.soup, "val_accuracy": scored["accuracy"], "val_macro_f1": scored["macro_f1"],
                "soup_member_val_accuracy": [m["val_accuracy"] for m in runs], "train_seconds": trained,
                "stopped_by_budget": any(m["stopped_by_budget"] for m in runs)}
     return soup, cnn_cfg, metrics

@@ -44,7 +44,8 @@ def calibration_chart(tables: dict[str, list[dict[str, float]]], ece: dict[str, 
     calibration) above a histogram of how many test rows fall in each confidence bin."""
     fig = new_figure(8, 7.5)
     top, bottom = fig.subplots(2, 1, height_ratios=[3, 1.3], sharex=True)
-    top.plot([0.5, 1.0], [0.5, 1.0], color="black", linestyle="--", linewidth=1, label="perfectly calibrated")
+    low = min((r["low"] for rows in tables.values() for r in rows), default=0.5)  # 1/K: the least a top label holds
+    top.plot([low, 1.0], [low, 1.0], color="black", linestyle="--", linewidth=1, label="perfectly calibrated")
     bin_width = next((r["high"] - r["low"] for rows in tables.values() for r in rows), 0.05)
     width = bin_width / (len(tables) + 1)  # the variants' bars side by side inside one bin
     for i, ((name, rows), colour) in enumerate(zip(tables.items(), COLOURS, strict=False)):
@@ -54,7 +55,7 @@ def calibration_chart(tables: dict[str, list[dict[str, float]]], ece: dict[str, 
         bottom.bar(centres, [r["rows"] for r in rows], width=width, color=colour)
     top.set_ylabel("accuracy of the rows in the bin")
     top.set_title("reliability diagram on the test split")
-    top.set_xlim(0.49, 1.01)
+    top.set_xlim(low - 0.01, 1.01)
     top.set_ylim(0.0, 1.02)
     top.grid(True, alpha=0.3)
     top.legend(fontsize=9, loc="upper left")

@@ -21,6 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from minibert.validation import ConfigError
+from pipeline import datasets
 from pipeline.deadline import pipeline_deadline, verdict
 from pipeline.io import StageError
 from pipeline.orchestration import PipelineResult, fetch_data, run_pipeline
@@ -56,7 +57,8 @@ def retrain_flow(force: bool = False) -> dict[str, object]:
     Returns the seconds each (re)run stage took and the gate's decision."""
     started = time.time()  # the deadline (params.deadline) counts the data fetch too
     params = load_params()
-    with pipeline_deadline(params, started):  # opened here, so that a retried repro_task keeps its record
+    transfer = datasets.load(params.data.dataset).intermediate is not None
+    with pipeline_deadline(params, started, transfer):  # opened here, so that a retried repro_task keeps its record
         fetch_data_task()
         result = repro_task(force, started)
     logger = get_run_logger()

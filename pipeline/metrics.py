@@ -11,14 +11,24 @@ LATENCY_ROWS = 64  # texts timed one at a time for p50 / p95 single-text latency
 
 
 def classification_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
-    """Accuracy and binary F1 (positive class 1) of argmax predictions."""
-    labels = np.asarray(labels)
-    predictions = np.asarray(logits).argmax(axis=-1)
-    tp = int(((predictions == 1) & (labels == 1)).sum())
-    fp = int(((predictions == 1) & (labels == 0)).sum())
-    fn = int(((predictions == 0) & (labels == 1)).sum())
-    f1 = 2 * tp / max(2 * tp + fp + fn, 1)
-    return {"accuracy": float((predictions == labels).mean()), "f1": float(f1)}
+    """Accuracy and macro-F1 (the unweighted mean of each class's F1; classes: ``logits``' columns) of argmax predictions."""
+    labels, logits = np.asarray(labels), np.asarray(logits)
+    predictions = logits.argmax(axis=-1)
+    f1 = [c["f1"] for c in per_class(labels, predictions, logits.shape[-1]).values()]
+    return {"accuracy": float((predictions == labels).mean()) if len(labels) else 0.0, "macro_f1": float(np.mean(f1))}
+
+
+def per_class(labels: np.ndarray, predictions: np.ndarray, classes: int | tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Each class's precision, recall, F1 and support (test rows of it), keyed by its name (or index)."""
+    names = tuple(str(i) for i in range(classes)) if isinstance(classes, int) else tuple(classes)
+    matrix = confusion_matrix(labels, predictions, len(names))
+    out = {}
+    for i, name in enumerate(names):
+        tp, predicted, actual = matrix[i, i], matrix[:, i].sum(), matrix[i].sum()
+        precision, recall = tp / max(predicted, 1), tp / max(actual, 1)
+        out[name] = {"precision": float(precision), "recall": float(recall),
+                     "f1": float(2 * tp / max(predicted + actual, 1)), "support": int(actual)}
+    return out
 
 
 def percentiles_ms(seconds: list[float]) -> dict[str, float]:
@@ -38,12 +48,13 @@ def single_text_latency(predict: Callable[[list[str]], object], texts: list[str]
     return percentiles_ms(seconds)
 
 
-def positive_probability(scores: np.ndarray, probabilities: bool) -> np.ndarray:
-    """P(label 1) from (N, 2) ``scores``: the second column of probabilities, or softmax of logits."""
+def class_probabilities(scores: np.ndarray, probabilities: bool) -> np.ndarray:
+    """(N, K) class probabilities from ``scores``: as given, or the softmax of logits (without overflow)."""
     scores = np.asarray(scores, dtype=np.float64)
     if probabilities:
-        return scores[:, 1]
-    return 1.0 / (1.0 + np.exp(scores[:, 0] - scores[:, 1]))  # softmax of two logits, without overflow
+        return scores
+    shifted = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
 def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, classes: int = 2) -> np.ndarray:
@@ -53,25 +64,27 @@ def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, classes: int =
     return matrix
 
 
-def reliability(labels: np.ndarray, p_positive: np.ndarray, bins: int = 10) -> tuple[list[dict[str, float]], float]:
-    """Reliability table of a binary classifier and its expected calibration error (ECE).
+def reliability(labels: np.ndarray, probabilities: np.ndarray, bins: int = 10) -> tuple[list[dict[str, float]], float]:
+    """Reliability table of a K-class classifier's top label and its expected calibration error (ECE).
 
-    Confidence is the probability of the predicted label (0.5 to 1), binned into ``bins`` equal
-    widths over [0.5, 1]; each non-empty bin gives its row count, mean confidence and accuracy.
+    Confidence is the probability of the predicted label (1/K to 1), binned into ``bins`` equal widths over
+    [1/K, 1]; each non-empty bin gives its row count, mean confidence and accuracy.
     ECE = sum over bins of (rows / N) * |accuracy - confidence| (Guo et al. 2017).
     """
-    labels, p = np.asarray(labels), np.asarray(p_positive, dtype=np.float64)
-    predicted = (p >= 0.5).astype(np.int64)
-    confidence = np.where(predicted == 1, p, 1.0 - p)
+    labels, p = np.asarray(labels), np.asarray(probabilities, dtype=np.float64)
+    low = 1.0 / p.shape[-1]
+    predicted = p.argmax(axis=-1)
+    confidence = p.max(axis=-1)
     correct = (predicted == labels).astype(np.float64)
-    index = np.minimum(((confidence - 0.5) * 2 * bins).astype(np.int64), bins - 1)
+    width = (1.0 - low) / bins
+    index = np.clip(((confidence - low) / width).astype(np.int64), 0, bins - 1)
     rows, ece = [], 0.0
     for b in range(bins):
         members = index == b
         if not members.any():
             continue
         conf, acc = float(confidence[members].mean()), float(correct[members].mean())
-        rows.append({"low": 0.5 + b / (2 * bins), "high": 0.5 + (b + 1) / (2 * bins), "rows": int(members.sum()),
+        rows.append({"low": low + b * width, "high": low + (b + 1) * width, "rows": int(members.sum()),
                      "confidence": conf, "accuracy": acc})
         ece += members.mean() * abs(acc - conf)
     return rows, float(ece)

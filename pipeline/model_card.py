@@ -13,7 +13,6 @@ from minibert.contract import Contract
 from pipeline.document import Block, Heading, Table, Text
 
 DEPLOYED = "student_onnx_int8"  # the evaluate variant the register stage registers and the report presents
-PUBLISHED = "BERT-Tiny 83.2 and BERT-Mini 85.9 SST-2 dev accuracy after full pretraining (Turc et al. 2019)"
 
 
 def _pct(value: Any) -> str:
@@ -28,27 +27,29 @@ def card_blocks(
     windows = contract.windows
     model = evaluation[deployed]
     rows = data_report.get("rows", {})
+    test_counts = data_report.get("classes_per_split", {}).get("test", {})
     return [
-        Heading(f"{name}, version {version}" if version else f"{name}: minibert sentiment classifier", 1),
-        Text(f"Sentiment classifier ({', '.join(f'{i} = {label}' for i, label in enumerate(contract.labels))}) for English movie-review text. What is "
-             f"registered is the deployed chain: the student distilled from the fine-tuned minibert teacher, exported to "
-             f"ONNX with fused attention and int8 weights, with its WordPiece tokenizer, as an MLflow pyfunc: raw text in, "
-             f"label and probability out. Texts longer than {windows.max_length} tokens are read through sliding windows "
-             f"(stride {windows.stride}, window logits aggregated by {windows.aggregate}), as the model file records."),
+        Heading(f"{name}, version {version}" if version else f"{name}: minibert text classifier", 1),
+        Text(f"Text classifier trained on the dataset {task!r}: {len(contract.labels)} classes. What is registered is the "
+             f"deployed chain: the student distilled from the fine-tuned minibert teacher and its sources, exported to "
+             f"ONNX with int8 weights, with its WordPiece tokenizer, as an MLflow pyfunc: raw text in, the label name and "
+             f"every class's probability out. Texts longer than {windows.max_length} tokens are read through sliding "
+             f"windows (stride {windows.stride}, window logits aggregated by {windows.aggregate}), as the model file records."),
+        Heading("Classes"),
+        Table(("index", "class", "test rows"),
+              tuple((str(i), label, str(test_counts.get(label, "n/a"))) for i, label in enumerate(contract.labels))),
         Heading("Intended use"),
-        Text(f"Sentiment of English movie reviews, sentence-level ({task} is the task of record) or whole reviews, "
-             "for analytics, triage and as a fast baseline; CPU serving at batch 1. Not for decisions about people, "
-             "and not as the only signal where a wrong label is costly."),
+        Text(f"Texts like those of {task!r}'s training split, for triage, routing and analytics; CPU serving at batch 1. "
+             "Not for decisions about people, and not as the only signal where a wrong label is costly."),
         Heading("Limitations"),
-        Text("Trained and evaluated on movie reviews only: other domains (products, social media, news) will score "
-             "lower, unmeasured. English only; a lowercased vocabulary of "
-             f"{vocab_size} WordPiece tokens. Two classes: no neutral answer, so mixed or neutral "
-             "text is forced to one side; negation, sarcasm and contrast (\"but\") are the usual mistakes (the run's "
-             f"report lists the most confident ones). Probabilities are not calibrated after training: expected "
-             f"calibration error {model.get('ece', float('nan')):.3f} on the test split. For scale: {PUBLISHED}."),
+        Text("Measured on the dataset's own test split only: text from another source or time will score lower, "
+             f"unmeasured. A lowercased vocabulary of {vocab_size} WordPiece tokens learnt from the dataset's texts. "
+             "The classes are those listed: a text that belongs to none is forced into one (serving's confidence "
+             "threshold can answer \"abstain\" instead). The run's report lists the most confident mistakes. Expected "
+             f"calibration error {model.get('ece', float('nan')):.3f} on the test split."),
         Heading("Metrics on the test split of record"),
-        Table(("variant", "accuracy %", "F1 %", "ECE", "p50 ms (1 thread)", "size MB"),
-              tuple((v, _pct(m.get("accuracy")), _pct(m.get("f1")), f"{m.get('ece', float('nan')):.3f}",
+        Table(("variant", "accuracy %", "macro-F1 %", "ECE", "p50 ms (1 thread)", "size MB"),
+              tuple((v, _pct(m.get("accuracy")), _pct(m.get("macro_f1")), f"{m.get('ece', float('nan')):.3f}",
                      f"{m.get('p50_ms', float('nan')):.2f}", f"{m.get('size_mb', float('nan')):.2f}")
                     for v, m in evaluation.items())),
         Text(f"This version is {deployed}; baseline is TF-IDF + logistic regression on the same training rows."),
@@ -64,4 +65,3 @@ def card_blocks(
                          ("windows", f"{windows.max_length} tokens, stride {windows.stride}, {windows.aggregate}"),
                          ("vocabulary sha256", contract.vocabulary_sha256 or "n/a"))),
     ]
-

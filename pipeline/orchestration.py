@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import datasets
 from pipeline.deadline import pipeline_deadline
 from pipeline.io import StageError
 from pipeline.params import DataParams, Params
@@ -28,10 +29,11 @@ def tool_env() -> dict[str, str]:
 
 
 def fetch_data(data: DataParams) -> None:
-    """Make data/raw hold SST-2 and IMDb: `dvc pull` from the mirror remote, or the Hugging Face
-    Hub followed by `dvc add` (so the Hub copy is versioned like the mirror's)."""
+    """Make data/raw hold every DVC-tracked dataset folder (``data/raw/*.dvc``; prepare's dependency is the whole
+    folder): `dvc pull` from the mirror remote, or SST-2 and IMDb from the Hugging Face Hub followed by `dvc add`
+    (so the Hub copy is versioned like the mirror's)."""
     if data.source == "mirror":
-        subprocess.run(["dvc", "pull", "--quiet", str(RAW / "sst2.dvc"), str(RAW / "imdb.dvc")], check=True, env=tool_env())
+        subprocess.run(["dvc", "pull", "--quiet", *sorted(str(p) for p in RAW.glob("*.dvc"))], check=True, env=tool_env())
         return
     from pipeline.hub import fetch_all
 
@@ -49,7 +51,9 @@ def run_pipeline(params: Params, force: bool = False, entry: str = "cli", starte
     """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails. The run's
     deadline (``params.deadline``) counts from ``started`` (Unix time; default now), so a caller
     that fetched the data first passes the time it began."""
-    with pipeline_deadline(params, time.time() if started is None else started), pipeline_run(params, entry=entry) as run_id:
+    transfer = datasets.load(params.data.dataset).intermediate is not None  # the teacher's transfer phase runs
+    with pipeline_deadline(params, time.time() if started is None else started, transfer), \
+            pipeline_run(params, entry=entry) as run_id:
         code = subprocess.run(["dvc", "repro", *(["--force"] if force else [])], env=tool_env()).returncode
         if code != 0:
             raise StageError(f"dvc repro failed (exit {code}); MLflow parent run {run_id} is marked FAILED")

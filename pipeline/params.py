@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,26 +25,37 @@ DEFAULT_PATH = Path("params.yaml")
 PROFILE_FILE = "profile.yaml"  # the active profile overlay beside params.yaml: `{}` runs the defaults
 FREE_FORM = {"model", "distill.student"}  # a preset plus any ModelConfig overrides
 FREE_FORM_PREFIXES = tuple(f"{section}." for section in FREE_FORM)
-TEMPLATED = {"train.processes"}  # dvc.yaml's ${...}: params.yaml's value, never an overlay's
+TEMPLATED = {"train.processes"}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a dataset's (and a description file's) name  # dvc.yaml's ${...}: params.yaml's value, never an overlay's
 
 
 @dataclass(frozen=True)
 class DataParams:
+    dataset: str = "sst2"  # what is trained and evaluated: the description datasets/<dataset>.yaml (pipeline.datasets)
     source: Literal["mirror", "hub"] = "mirror"  # mirror: dvc pull from the DVC remote; hub: datasets.load_dataset
     hub_revision: str | None = None  # pin a Hub commit for reproducibility
+
+    def __post_init__(self) -> None:
+        if not NAME.fullmatch(self.dataset):
+            raise ConfigError(f"data.dataset: {self.dataset!r} is not a dataset name (letters, digits, '_' and '-'); it "
+                              "names datasets/<dataset>.yaml")
 
 
 @dataclass(frozen=True)
 class PrepareParams:
-    seed: int = 42
-    val_fraction: float = 0.05  # of SST-2 sentences (whole trees) and IMDb reviews, stratified by label; GLUE dev stays the test of record
-    max_train_rows: int | None = None  # subsample SST-2 train (tiny profile); None = all
-    max_dev_rows: int | None = None
-    corpus_max_docs: int | None = None  # IMDb unlabeled reviews in the pretraining corpus; None = all
+    seed: int = 42  # salts the hash that carves splits: another seed, another split
+    val_fraction: float = 0.05  # of the training rows (or groups) carved as validation when the dataset has none
+    test_fraction: float = 0.1  # of the training rows (or groups) carved as the test split when the dataset has none
+    max_train_rows: int | None = None  # subsample the training split (tiny profile); None = all
+    max_dev_rows: int | None = None  # subsample the test split; None = all
+    corpus_max_docs: int | None = None  # unlabelled texts in the pretraining corpus; None = all
 
     def __post_init__(self) -> None:
-        check_ranges("prepare", self, {"val_fraction": "(0, 1)", "max_train_rows": ">= 1", "max_dev_rows": ">= 1",
-                                       "corpus_max_docs": ">= 1"})
+        check_ranges("prepare", self, {"val_fraction": "(0, 1)", "test_fraction": "(0, 1)", "max_train_rows": ">= 1",
+                                       "max_dev_rows": ">= 1", "corpus_max_docs": ">= 1"})
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ConfigError(f"prepare.val_fraction {self.val_fraction} + test_fraction {self.test_fraction} leave no "
+                              "training rows; keep their sum below 1")
 
 RULES: dict[str, tuple[Any, str]] = {
     "> 0": (lambda v: v > 0, "> 0"),
@@ -75,10 +87,6 @@ def check_window(section: str, cfg: Any) -> None:
 
 @dataclass(frozen=True)
 class TaskParams:
-    name: Literal["sst2", "imdb"] = "sst2"  # sst2: GLUE dev is the test of record; imdb: the test split
-    # a second labelled task learnt from too: the teacher trains on it first (STILTs), the word-CNN and every
-    # TF-IDF fold fit on its texts beside the task's; none = off, never the task itself
-    intermediate: Literal["none", "sst2", "imdb"] = "imdb"
     max_length: int = 64  # tokens a sequence or window, [CLS] and [SEP] included
     stride: int = 48  # window step for texts longer than max_length (consecutive windows overlap)
     aggregate: Literal["mean", "max", "first"] = "mean"  # window logits -> one prediction
@@ -87,13 +95,6 @@ class TaskParams:
 
     def __post_init__(self) -> None:
         check_window("task", self)
-
-    def intermediate_task(self, **cut: Any) -> TaskParams | None:
-        """``intermediate`` as a task of its own (its splits, read as ``cut`` overrides say; the task's windows
-        otherwise); None when there is none."""
-        if self.intermediate == "none":
-            return None
-        return dataclasses.replace(self, name=self.intermediate, intermediate="none", **cut)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ class PretrainParams:
 
 @dataclass(frozen=True)
 class TransferParams:
-    """Intermediate-task transfer (STILTs): one epoch on ``task.intermediate`` before the task."""
+    """Intermediate-task transfer (STILTs): one epoch on the intermediate task its dataset description names, before the task."""
 
     time_budget_min: float | None = 6.5
     max_length: int = 128  # tokens a training text (head and tail) / validation window; windows step 3/4 of it
@@ -455,9 +456,6 @@ def load_params(path: str | os.PathLike[str] | None = None, profile: str | os.Pa
         for section, model in (("model", params.model), ("distill.student", params.distill.student)):
             if "vocab_size" in model:
                 raise ConfigError(f"{section}.vocab_size: set tokenizer.vocab_size instead; models take the tokenizer's size")
-        if params.task.intermediate == params.task.name:
-            raise ConfigError(f"task.intermediate: {params.task.intermediate!r} is the task itself (task.name); "
-                              "choose another labelled task or 'none'")
         if params.distill.student_kind == "word_cnn" and params.soft_targets.shares.word_cnn == 0:
             raise ConfigError("distill.student_kind: 'word_cnn' starts from the cnn stage's model, which is trained only when "
                               "soft_targets.shares.word_cnn is above 0; raise that share or set student_kind: transformer")
@@ -468,9 +466,8 @@ def load_params(path: str | os.PathLike[str] | None = None, profile: str | os.Pa
         teacher, student = params.model_config(vocab_size=30000), params.student_config(vocab_size=30000)
         lengths = [("task.max_length", params.task.max_length, "model", teacher),
                    ("task.max_length", params.task.max_length, "distill.student", student),
-                   ("pretrain.max_length", params.pretrain.max_length, "model", teacher)]
-        if params.task.intermediate != "none":
-            lengths.append(("finetune.transfer.max_length", params.finetune.transfer.max_length, "model", teacher))
+                   ("pretrain.max_length", params.pretrain.max_length, "model", teacher),
+                   ("finetune.transfer.max_length", params.finetune.transfer.max_length, "model", teacher)]
         for key, length, section, cfg in lengths:
             if length > cfg.max_positions:
                 raise ConfigError(f"{key}: {length} tokens do not fit {section}'s max_positions ({cfg.max_positions}); "

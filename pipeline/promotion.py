@@ -29,7 +29,7 @@ import pandas as pd
 from pipeline.io import DataError
 from pipeline.metrics import LATENCY_ROWS, classification_metrics, percentiles_ms
 from pipeline.params import Params, PromoteParams
-from pipeline.splits import load_split
+from pipeline.splits import load_split, prepared
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -67,13 +67,20 @@ def decide(challenger: Scores, champion: Scores | None, cfg: PromoteParams) -> D
 Predict = Callable[[pd.DataFrame], pd.DataFrame]  # a pyfunc's predict: DataFrame(text) -> DataFrame(label, ...)
 
 
-def score(version: str, predict: Predict, test: pd.DataFrame, latency_rows: int = LATENCY_ROWS) -> Scores:
-    """Accuracy of a served model on ``test`` (text, label) and its single-text p50 latency."""
+def score(version: str, predict: Predict, test: pd.DataFrame, classes: tuple[str, ...],
+          latency_rows: int = LATENCY_ROWS) -> Scores:
+    """Accuracy of a served model on ``test`` (text, label: an index into ``classes``, the prepared data's class
+    names, which the model answers) and its single-text p50 latency."""
     out = predict(test[["text"]])
     if "label" not in out.columns or len(out) != len(test):
         raise DataError(f"version {version}: predictions need one 'label' row per text; got columns {list(out.columns)}")
-    labels = out["label"].to_numpy()
-    accuracy = classification_metrics(test["label"].to_numpy(), np.eye(2)[labels])["accuracy"]
+    index = {name: i for i, name in enumerate(classes)}
+    unknown = sorted(set(map(str, out["label"])) - set(index))
+    if unknown:
+        raise DataError(f"version {version} answers {unknown[:3]}, not classes of the prepared data {list(classes)}: it was "
+                        "trained on other data; score it on its own dataset's test split or register a model of this one")
+    labels = np.array([index[str(label)] for label in out["label"]], dtype=np.int64)
+    accuracy = classification_metrics(test["label"].to_numpy(), np.eye(len(classes))[labels])["accuracy"]
     seconds = []
     for text in test["text"].head(latency_rows):
         start = time.perf_counter()
@@ -95,8 +102,8 @@ def registry_lock(root: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame, cfg: PromoteParams,
-            experiment: str, root: Path) -> Decision:
+def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame, classes: tuple[str, ...],
+            cfg: PromoteParams, experiment: str, root: Path) -> Decision:
     """Score the challenger (default: the ``challenger`` alias) against the champion and move
     ``champion`` if ``decide`` says so; the decision is tagged and logged either way."""
     from pipeline import tracking
@@ -107,9 +114,9 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
         raise DataError(f"model {model_name!r} has no {CHALLENGER!r} alias; register one (dvc repro) or pass --version")
     with registry_lock(root):
         champion_version = tracking.alias_version(model_name, CHAMPION)
-        challenger = score(version, tracking.served_predict(f"models:/{model_name}/{version}"), test)
+        challenger = score(version, tracking.served_predict(f"models:/{model_name}/{version}"), test, classes)
         champion = None if champion_version is None else score(
-            champion_version, tracking.served_predict(f"models:/{model_name}/{champion_version}"), test)
+            champion_version, tracking.served_predict(f"models:/{model_name}/{champion_version}"), test, classes)
         decision = decide(challenger, champion, cfg)
         tags = {"promotion.decision": "promoted" if decision.promote else "refused", "promotion.reason": decision.reason,
                 "promotion.accuracy": f"{challenger.accuracy:.4f}", "promotion.champion_version": champion_version or ""}
@@ -130,8 +137,9 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
 def promote_with_params(params: Params, data_dir: Path, version: str | None, root: Path) -> Decision:
     """``promote`` as the CLI and the retrain flow run it: model, gate and experiment from params,
     scored on the task's test split of record under ``data_dir``."""
-    test = load_split(data_dir, params.task, "test")
-    return promote(params.register.model_name, version, test, params.promote, params.tracking.experiment, root)
+    test = load_split(data_dir, "test")
+    return promote(params.register.model_name, version, test, prepared(data_dir).labels, params.promote,
+                   params.tracking.experiment, root)
 
 
 def rollback(model_name: str, experiment: str, root: Path) -> str:

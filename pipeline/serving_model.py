@@ -1,4 +1,4 @@
-"""The deployable sentiment model as an MLflow pyfunc (models-from-code).
+"""The deployable text classifier as an MLflow pyfunc (models-from-code).
 
 MLflow copies this file into the logged model, so it imports only what the serving
 environment installs (numpy, pandas, tokenizers, onnxruntime): no minibert, no torch. For the
@@ -9,7 +9,8 @@ texts of any length as the evaluate stage does: sliding windows of ``max_length`
 checks the two agree), window logits combined by ``aggregate`` (mean, max or first): the windows the
 ONNX graph records in its metadata (``minibert.contract``), else ``model_config``'s.
 Input: a DataFrame with a ``text`` column (or a list of strings). Output: a DataFrame with
-``label`` (0 negative, 1 positive) and ``probability`` (of the predicted label) per row.
+``label`` (the class name the graph's contract records), ``probability`` (of that class) and one
+``p_<class>`` column a class (every class's probability) per row.
 Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier).
 model_config: ``max_length``, ``stride``, ``aggregate``, ``threads``.
 """
@@ -44,7 +45,7 @@ def encodable(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-class SentimentModel(PythonModel):
+class TextClassifierModel(PythonModel):
     def load_context(self, context):  # noqa: ANN001 - untyped: MLflow reads predict's hints as a schema
         import onnxruntime as ort
         from tokenizers import Tokenizer
@@ -59,7 +60,9 @@ class SentimentModel(PythonModel):
         self.session = ort.InferenceSession(context.artifacts["onnx"], options, providers=["CPUExecutionProvider"])
         # the windows the graph records (minibert.contract), else model_config's
         stamp = self.session.get_modelmeta().custom_metadata_map.get("minibert")
-        reads = {**config, **json.loads(json.loads(stamp)["windows"])} if stamp else config
+        contract = json.loads(stamp) if stamp else {}
+        reads = {**config, **json.loads(contract["windows"])} if "windows" in contract else config
+        self.labels = json.loads(contract["labels"]) if "labels" in contract else None
         self.max_length = int(reads.get("max_length", 64))
         self.stride = int(reads.get("stride", self.max_length - 2))
         self.aggregate = AGGREGATE[reads.get("aggregate", "mean")]
@@ -97,12 +100,15 @@ class SentimentModel(PythonModel):
             texts = model_input["text"].astype(str).tolist()
         else:
             texts = [str(t) for t in model_input]
+        classes = self.labels or [str(i) for i in range(self.session.get_outputs()[0].shape[-1])]
         if not texts:
-            return pd.DataFrame({"label": pd.Series([], dtype="int64"), "probability": pd.Series([], dtype="float64")})
+            return pd.DataFrame({"label": pd.Series([], dtype=str), "probability": pd.Series([], dtype="float64"),
+                                 **{f"p_{c}": pd.Series([], dtype="float64") for c in classes}})
         logits = self.logits(texts)
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = shifted / shifted.sum(axis=1, keepdims=True)
-        return pd.DataFrame({"label": probs.argmax(axis=1).astype("int64"), "probability": probs.max(axis=1).astype("float64")})
+        probs = (shifted / shifted.sum(axis=1, keepdims=True)).astype("float64")
+        return pd.DataFrame({"label": [classes[i] for i in probs.argmax(axis=1)], "probability": probs.max(axis=1),
+                             **{f"p_{c}": probs[:, i] for i, c in enumerate(classes)}})
 
 
-mlflow.models.set_model(SentimentModel())
+mlflow.models.set_model(TextClassifierModel())

@@ -1,6 +1,6 @@
 """The classification task a profile trains and evaluates, and how its texts become model inputs.
 
-``task.name`` picks the prepared splits (``pipeline.splits``); training sequences are
+The prepared splits come from ``pipeline.splits``; training sequences are
 cut to ``task.max_length`` (the head, head and tail, or every window: ``task.truncation``); every prediction
 (validation, evaluation, export parity, serving) reads the whole text through sliding windows
 of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combined by
@@ -23,13 +23,12 @@ from minibert.tokenizer import CLS, SEP
 from pipeline.params import TaskParams
 
 Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
-LABEL_NAMES = {"sst2": ("negative", "positive"), "imdb": ("negative", "positive")}  # class names, label order
 
 
-def reads(task: TaskParams) -> tuple[Windows, tuple[str, ...]]:
-    """How a model trained on ``task`` reads a text, and its class names: what its file records
-    (``minibert.contract``)."""
-    return Windows(task.max_length, task.stride, task.aggregate), LABEL_NAMES[task.name]
+def reads(task: TaskParams, labels: tuple[str, ...]) -> tuple[Windows, tuple[str, ...]]:
+    """How a model trained on ``task`` reads a text, and its class names (the prepared data's, label order):
+    what its file records (``minibert.contract``)."""
+    return Windows(task.max_length, task.stride, task.aggregate), tuple(labels)
 
 
 def reading(task: TaskParams, windows: Windows) -> TaskParams:

@@ -1,5 +1,5 @@
-"""The teacher's recipe: a classifier on the pretrained encoder, one epoch on an intermediate task first
-(``task.intermediate``, STILTs: IMDb reviews before SST-2). The ``finetune`` stage trains it; benchmarks
+"""The teacher's recipe: a classifier on the pretrained encoder, one epoch on an intermediate task first when
+the dataset's description names one (STILTs: IMDb reviews before SST-2). The ``finetune`` stage trains it; benchmarks
 build the same teacher through these functions.
 """
 
@@ -18,7 +18,7 @@ from minibert.trainer import Tracker
 from pipeline.classifier_loop import ClassifierLoop, PrefixedTracker, train_classifier
 from pipeline.params import FinetuneParams, TaskParams, TrainParams
 from pipeline.scoring import validation
-from pipeline.splits import load_split, split_path
+from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train
 
 TRANSFER_EPOCHS = 1.0  # passes over the intermediate task's training rows
@@ -34,19 +34,19 @@ def finetune_loop(cfg: FinetuneParams, shared: TrainParams) -> ClassifierLoop:
     )
 
 
-def transfer_task(cfg: FinetuneParams, task: TaskParams) -> TaskParams | None:
-    """The intermediate task as the teacher reads it: head and tail of ``transfer.max_length`` tokens, windows
+def transfer_task(cfg: FinetuneParams, task: TaskParams) -> TaskParams:
+    """How the teacher reads the intermediate task: head and tail of ``transfer.max_length`` tokens, windows
     stepping 3/4 of that in validation."""
     length = cfg.transfer.max_length
-    return task.intermediate_task(max_length=length, stride=length * 3 // 4, truncation="head_tail")
+    return dataclasses.replace(task, max_length=length, stride=length * 3 // 4, truncation="head_tail")
 
 
-def transfer_splits(cfg: FinetuneParams, task: TaskParams, data_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
+def transfer_splits(data_dir: Path) -> list[tuple[Path, pd.DataFrame]]:
     """(path, table) of the intermediate task's train and val splits, read once; [] when there is none."""
-    other = transfer_task(cfg, task)
-    if other is None:
+    if prepared(data_dir).intermediate is None:
         return []
-    return [(split_path(data_dir, other, split), load_split(data_dir, other, split)) for split in ("train", "val")]
+    return [(split_path(data_dir, split, intermediate=True), load_split(data_dir, split, intermediate=True))
+            for split in ("train", "val")]
 
 
 def transfer_phase(
@@ -61,15 +61,15 @@ def transfer_phase(
     loop = dataclasses.replace(finetune_loop(cfg, shared), epochs=TRANSFER_EPOCHS, time_budget_min=cfg.transfer.time_budget_min)
     (_, train_df), (_, val_df) = splits
     model, metrics = train_classifier(model, loop, encode_train(tok, train_df, other), validation(tok, val_df, other, shared.precision),
-                                      PrefixedTracker(tracker, "transfer_"), name=f"transfer ({other.name})", world=world,
+                                      PrefixedTracker(tracker, "transfer_"), name="transfer", world=world,
                                       phase=phase)
     return model, {f"transfer_{k}": v for k, v in metrics.items()}
 
 
-def head_config(cfg: FinetuneParams) -> ClassifierConfig:
+def head_config(cfg: FinetuneParams, num_labels: int) -> ClassifierConfig:
     """The classifier head that ``build`` makes and a saved classifier records."""
-    return ClassifierConfig(num_labels=2, pooling=cfg.pooling, dropout=cfg.dropout)
+    return ClassifierConfig(num_labels=num_labels, pooling=cfg.pooling, dropout=cfg.dropout)
 
 
-def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | None) -> SequenceClassifier:
-    return build_classifier(model_cfg, head_config(cfg), backbone=pretrained)
+def build(cfg: FinetuneParams, model_cfg: ModelConfig, pretrained: Backbone | None, num_labels: int) -> SequenceClassifier:
+    return build_classifier(model_cfg, head_config(cfg, num_labels), backbone=pretrained)

@@ -111,6 +111,7 @@ def stage_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, every in (("train", 100), ("test", 100), ("unsup", 200)):  # evenly spaced: both labels
         jsonl_gz(raw / "imdb" / f"{name}.jsonl.gz", read_jsonl_gz(SHARED / "imdb" / f"{name}.jsonl.gz", every))
     shutil.copy(ROOT / "params.yaml", root / "params.yaml")
+    shutil.copytree(ROOT / "datasets", root / "datasets")
     shutil.copy(ROOT / "profiles" / "tiny.yaml", root / "profile.yaml")  # the tiny profile, active
     shutil.copy(ROOT / "dvc.yaml", root / "dvc.yaml")  # each stage's run records the params it declares there
     for stage, args in (("prepare", ["--raw", raw, "--out", root / "data/prepared", "--metrics", root / "m/prepare.json",

@@ -58,17 +58,18 @@ def header_and(rows: list[str]) -> bytes:
 
 
 SST2_CASES = {
-    "empty file": (lambda rows: b"", r"train\.tsv is empty; expected the header 'sentence<TAB>label'"),
+    "empty file": (lambda rows: b"", r"train\.tsv is empty; expected a header line naming the columns \(sentence, label\)"),
     "renamed column": (lambda rows: ("text\tlabel\n" + "".join(rows[1:])).encode(),
-                       r"train\.tsv: header is \['text', 'label'\], expected \['sentence', 'label'\]"),
+                       r"train\.tsv: no column 'sentence' \(columns: text, label\); name the right column"),
     "missing column": (lambda rows: ("sentence\n" + "".join(r.split("\t")[0] + "\n" for r in rows[1:])).encode(),
-                       r"train\.tsv: header is \['sentence'\], expected"),
+                       r"train\.tsv: no column 'label' \(columns: sentence\)"),
     "label outside 0/1": (lambda rows: header_and(rows[1:4] + ["a fine film \t2\n"]),
-                          r"train\.tsv, line 5: label '2' is not 0 or 1"),
+                          r"train\.tsv, line 5, column 'label': label '2' is not one of \['0', '1'\]; fix the row or add "
+                          r"the class to labels in datasets/sst2\.yaml"),
     "non-UTF-8 bytes": (lambda rows: header_and(rows[1:3]) + "café au lait \t1\n".encode("latin-1"),
                         r"train\.tsv, line 4: byte 0xe9 at column 4 is not UTF-8; re-encode the file as UTF-8"),
     "whitespace-only text": (lambda rows: header_and(rows[1:3] + ["   \t1\n"]),
-                             r"train\.tsv, line 4: the text is empty; delete the line or fill in the text"),
+                             r"train\.tsv, line 4, column 'sentence': the text is empty; fill it in or delete the row"),
     "header only": (lambda rows: header_and([]), r"train\.tsv has a header but no rows"),
 }
 
@@ -83,13 +84,14 @@ def test_a_bad_sst2_file_is_refused_naming_file_and_line(project: Path, tmp_path
 
 
 IMDB_CASES = {
-    "empty file": (lambda rows: [], r"train\.jsonl\.gz has no rows; expected one JSON object per line"),
+    "empty file": (lambda rows: [], r"train\.jsonl\.gz has no rows; expected one JSON object a line with the keys text, label"),
     "renamed key": (lambda rows: rows[:2] + [{"review": rows[2]["text"], "label": rows[2]["label"]}],
-                    r"train\.jsonl\.gz, line 3: need a string 'text' and a 'label' in \[0, 1\]; got \['label', 'review'\]"),
-    "label outside 0/1": (lambda rows: rows[:1] + [{"text": "fine", "label": 7}], r"train\.jsonl\.gz, line 2: need a string"),
-    "whitespace-only text": (lambda rows: rows[:1] + [{"text": " \n ", "label": 1}], r"line 2: the text is empty"),
+                    r"train\.jsonl\.gz, line 3: no key 'text' \(keys: review, label\)"),
+    "label outside 0/1": (lambda rows: rows[:1] + [{"text": "fine", "label": 7}],
+                          r"train\.jsonl\.gz, line 2, column 'label': label '7' is not one of \['0', '1'\]"),
+    "whitespace-only text": (lambda rows: rows[:1] + [{"text": " \n ", "label": 1}], r"line 2, column 'text': the text is empty"),
     "lone surrogate": (lambda rows: rows[:1] + [{"text": "bad \ud800 film", "label": 1}],
-                       r"line 2: the text holds a lone UTF-16 surrogate '\\ud800' at character 5, which is no character"),
+                       r"line 2, column 'text': a lone UTF-16 surrogate '\\ud800' at character 5, which is no character"),
 }
 
 
@@ -120,7 +122,7 @@ def test_duplicates_are_dropped_and_counted_and_a_100k_character_text_is_kept(pr
     assert report["dropped"]["sst2_train"]["duplicates"] == baseline["dropped"]["sst2_train"]["duplicates"] + 5
     import pandas as pd
 
-    prepared = pd.concat([pd.read_parquet(tmp_path / "out" / "prepared" / f"sst2_{s}.parquet") for s in ("train", "val")])
+    prepared = pd.concat([pd.read_parquet(tmp_path / "out" / "prepared" / f"{s}.parquet") for s in ("train", "val")])
     assert (prepared["text"].str.len() >= 90_000).sum() <= 1  # kept once (unless the row sample left it out)
 
 

@@ -17,7 +17,7 @@ from minibert.distill import (
     spaced_layers,
 )
 from minibert.losses import attention_kl, hidden_mse, kd_loss
-from pipeline.metrics import classification_metrics, percentiles_ms
+from pipeline.metrics import classification_metrics, per_class, percentiles_ms
 
 V = 200
 
@@ -147,9 +147,13 @@ def test_layer_outputs_collect_every_layer() -> None:
 def test_classification_metrics_match_scikit_learn() -> None:
     sklearn_metrics = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(0)
-    labels, logits = rng.integers(0, 2, 300), rng.normal(size=(300, 2))
-    ours = classification_metrics(labels, logits)
-    predictions = logits.argmax(1)
-    assert ours["accuracy"] == pytest.approx(sklearn_metrics.accuracy_score(labels, predictions))
-    assert ours["f1"] == pytest.approx(sklearn_metrics.f1_score(labels, predictions))
+    for classes in (2, 6):
+        labels, logits = rng.integers(0, classes, 300), rng.normal(size=(300, classes))
+        ours = classification_metrics(labels, logits)
+        predictions = logits.argmax(1)
+        assert ours["accuracy"] == pytest.approx(sklearn_metrics.accuracy_score(labels, predictions))
+        assert ours["macro_f1"] == pytest.approx(sklearn_metrics.f1_score(labels, predictions, average="macro"))
+        report = sklearn_metrics.precision_recall_fscore_support(labels, predictions, zero_division=0)
+        for i, row in enumerate(per_class(labels, predictions, classes).values()):
+            assert (row["precision"], row["recall"], row["f1"], row["support"]) == pytest.approx(tuple(r[i] for r in report))
     assert percentiles_ms([0.001, 0.002, 0.003]) == pytest.approx({"p50_ms": 2.0, "p95_ms": 2.9})

@@ -39,7 +39,7 @@ def test_a_profile_becomes_the_active_overlay_only_when_valid_and_params_yaml_is
     shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
     defaults = (tmp_path / "params.yaml").read_text()
     use_profile("imdb")
-    assert load_params("params.yaml").task.name == "imdb" and load_params("params.yaml").cnn.max_length == 512
+    assert load_params("params.yaml").data.dataset == "imdb" and load_params("params.yaml").cnn.max_length == 512
     overlay = (tmp_path / "profile.yaml").read_text()
     with pytest.raises(ConfigError, match=r"broken\.yaml: task\.nmae is not a key of params\.yaml"):
         use_profile("broken")
@@ -47,7 +47,7 @@ def test_a_profile_becomes_the_active_overlay_only_when_valid_and_params_yaml_is
         use_profile("nope")
     assert (tmp_path / "profile.yaml").read_text() == overlay, "a refused profile leaves the active one"
     use_profile("default")
-    assert load_params("params.yaml").task.name == "sst2" and not any(yaml.safe_load((tmp_path / "profile.yaml").read_text()).values())
+    assert load_params("params.yaml").data.dataset == "sst2" and not any(yaml.safe_load((tmp_path / "profile.yaml").read_text()).values())
     assert (tmp_path / "params.yaml").read_text() == defaults, "params.yaml is never written"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "profile.yaml", "profiles"], "no temp files left"
 

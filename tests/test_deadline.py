@@ -94,7 +94,7 @@ def test_a_loop_the_profile_leaves_out_reserves_nothing() -> None:
 
 def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
     params = load_params(ROOT / "params.yaml")
-    got = plan_for(params, started=1000.0)
+    got = plan_for(params, started=1000.0, transfer=True)
     assert got is not None and got.deadline == 1000.0 + params.deadline.minutes * 60.0
     assert got.budgets == {"pretrain": params.pretrain.time_budget_min * 60.0,
                            "transfer": params.finetune.transfer.time_budget_min * 60.0,
@@ -103,15 +103,14 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
                            "distill": params.distill.time_budget_min * params.distill.soup * 60.0}  # each soup member's cap
     assert params.distill.soup > 1, "the default distils a soup: its members' caps add up"
     assert got.share_before == SHARE_BEFORE and got.floor == FLOOR
-    no_transfer = dataclasses.replace(params, task=dataclasses.replace(params.task, intermediate="none"))
-    assert "transfer" not in plan_for(no_transfer, 0.0).budgets
+    assert "transfer" not in plan_for(params, 0.0, transfer=False).budgets  # the dataset names no intermediate task
     no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
         params.distill, student_kind="transformer", soup=1), soft_targets=dataclasses.replace(
         params.soft_targets, shares=dataclasses.replace(params.soft_targets.shares, teacher=0.667, word_cnn=0.0)))
-    assert "cnn" not in plan_for(no_cnn, 0.0).budgets  # its stage trains nothing: no time reserved for it
-    assert plan_for(no_cnn, 0.0).budgets["distill"] == params.distill.time_budget_min * 60.0
+    assert "cnn" not in plan_for(no_cnn, 0.0, True).budgets  # its stage trains nothing: no time reserved for it
+    assert plan_for(no_cnn, 0.0, True).budgets["distill"] == params.distill.time_budget_min * 60.0
     off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
-    assert plan_for(off, 0.0) is None
+    assert plan_for(off, 0.0, True) is None
 
 
 def test_without_a_plan_every_loop_gets_its_planned_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,7 +123,7 @@ def test_without_a_plan_every_loop_gets_its_planned_budget(monkeypatch: pytest.M
 def test_stages_read_the_plan_and_record_what_they_trained(monkeypatch: pytest.MonkeyPatch) -> None:
     params = load_params(ROOT / "params.yaml")
     monkeypatch.delenv(ENV, raising=False)
-    with pipeline_deadline(params, started=0.0) as opened:  # started in 1970: far behind
+    with pipeline_deadline(params, started=0.0, transfer=True) as opened:  # started in 1970: far behind
         path = Path(os.environ[ENV])
         assert read_plan(path) == opened
         budget, metrics = budget_s("finetune", 6.0)
@@ -140,17 +139,17 @@ def test_stages_read_the_plan_and_record_what_they_trained(monkeypatch: pytest.M
 def test_a_retried_run_keeps_its_plan_and_a_null_deadline_hides_any(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     params = load_params(ROOT / "params.yaml")
     monkeypatch.delenv(ENV, raising=False)
-    with pipeline_deadline(params, started=5.0):
+    with pipeline_deadline(params, started=5.0, transfer=True):
         outer = Path(os.environ[ENV])
         record_trained("pretrain", 100.0)
-        with pipeline_deadline(params, started=5.0) as retried:  # Prefect's retry of the repro task
+        with pipeline_deadline(params, started=5.0, transfer=True) as retried:  # Prefect's retry of the repro task
             assert os.environ[ENV] == str(outer) and retried.trained == {"pretrain": 100.0}
         assert outer.exists(), "the retry leaves the run's plan to the run"
-        with pipeline_deadline(params, started=6.0) as other:  # another run: a plan of its own
+        with pipeline_deadline(params, started=6.0, transfer=True) as other:  # another run: a plan of its own
             assert os.environ[ENV] != str(outer) and other.trained == {}
         assert os.environ[ENV] == str(outer), "restored"
         off = dataclasses.replace(params, deadline=dataclasses.replace(params.deadline, minutes=None))
-        with pipeline_deadline(off, started=5.0) as none:
+        with pipeline_deadline(off, started=5.0, transfer=True) as none:
             assert none is None and ENV not in os.environ
             assert budget_s("pretrain", 5.0) == (300.0, {"time_budget_s": 300.0})
         assert os.environ[ENV] == str(outer)

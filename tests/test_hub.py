@@ -16,7 +16,6 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 from datasets import ClassLabel, Dataset, Features, Value  # noqa: E402
-
 from pipeline import hub  # noqa: E402
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"

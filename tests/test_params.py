@@ -69,10 +69,12 @@ def test_an_overlay_sets_only_keys_params_yaml_has(tmp_path: Path) -> None:
     assert load_params(tmp_path / "params.yaml", overrides={"finetune.epochs": 4.0}, profile=tmp_path / "none.yaml").finetune.epochs == 4.0
 
 
-# What each profile promises to share with the default (its header comment), so DVC reuses the
-# default run's prepared data, tokenizer and (IMDb) pretrained encoder from its cache.
+# What each profile promises to share with the default (its header comment): the same recipe upstream
+# (a profile of another dataset prepares its own data, so its tokenizer and encoder are its own), or for
+# the GPU profile the default run's prepared data and tokenizer, reused from DVC's cache.
 SHARED_WITH_DEFAULT = {
-    "imdb.yaml": ("data", "prepare", "tokenizer", "model", "pretrain"),
+    "imdb.yaml": ("prepare", "tokenizer", "model", "pretrain"),
+    "trec.yaml": ("prepare", "tokenizer", "model"),
     "gpu.yaml": ("data", "prepare", "tokenizer"),
 }
 
@@ -176,8 +178,10 @@ def pipeline_imports(module: str, seen: set[str] | None = None) -> set[str]:
     seen = set() if seen is None else seen
     tree = ast.parse((ROOT / "pipeline" / f"{module}.py").read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline."):
-            name = node.module.removeprefix("pipeline.").replace(".", "/")
+        if not isinstance(node, ast.ImportFrom) or not node.module or not node.module.startswith("pipeline"):
+            continue
+        names = [a.name for a in node.names] if node.module == "pipeline" else [node.module.removeprefix("pipeline.")]
+        for name in (n.replace(".", "/") for n in names):
             if name not in seen:
                 seen.add(name)
                 if name not in PLUMBING:
@@ -197,32 +201,34 @@ def test_dvc_yaml_stages_depend_on_the_pipeline_modules_they_import() -> None:
         assert not unused, f"dvc.yaml stage {name!r} lists {sorted(unused)}, which it does not import"
 
 
-def test_the_intermediate_task_must_differ_from_the_task(tmp_path: Path) -> None:
+def test_the_data_names_a_dataset_and_the_transfer_length_is_checked(tmp_path: Path) -> None:
     raw = base()
-    raw["task"]["name"] = "imdb"
-    with pytest.raises(ConfigError, match=r"task\.intermediate: 'imdb' is the task itself"):
+    raw["data"]["dataset"] = "../etc"
+    with pytest.raises(ConfigError, match=r"data\.dataset: '\.\./etc' is not a dataset name"):
         load_params(write(tmp_path, raw))
-    raw["task"]["intermediate"] = "sst2"
-    assert load_params(write(tmp_path, raw)).task.intermediate == "sst2"
+    raw["data"]["dataset"] = "imdb"
+    assert load_params(write(tmp_path, raw)).data.dataset == "imdb"
     raw["finetune"]["transfer"]["max_length"] = 3
     with pytest.raises(ConfigError, match=r"finetune\.transfer\.max_length: 3 is out of range; expected >= 4"):
         load_params(write(tmp_path, raw))
 
 
 def test_the_intermediate_task_reaches_every_model_that_learns_from_it() -> None:
-    """One key, three readers: the teacher's first phase, the word-CNN's extra rows, the TF-IDF folds' extra texts."""
+    """One line of the dataset's description, three readers: the teacher's first phase, the word-CNN's extra rows,
+    the TF-IDF folds' extra texts; each reads it from the prepared data's contract, so each depends on that folder."""
+    from pipeline import datasets
     from pipeline.teacher import transfer_task
     from pipeline.word_cnn import extra_task
 
     params = load_params(ROOT / "params.yaml", profile=ROOT / "profile.yaml")
+    assert datasets.load(params.data.dataset, ROOT / "datasets").intermediate == "imdb"
+    assert datasets.load("imdb", ROOT / "datasets").intermediate is None
     transfer, extra = transfer_task(params.finetune, params.task), extra_task(params.task)
-    assert transfer.name == extra.name == params.task.intermediate == "imdb"
     assert transfer.stride == params.finetune.transfer.max_length * 3 // 4 and transfer.truncation == "head_tail"
+    assert extra.truncation == "head_tail" and extra.max_length > params.task.max_length
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in ("finetune", "cnn", "baseline_oof"):
-        assert "task" in stages[name]["params"], name
-    off = load_params(ROOT / "params.yaml", profile=ROOT / "profiles" / "imdb.yaml")
-    assert extra_task(off.task) is None and off.task.intermediate == "none"
+        assert "data/prepared" in stages[name]["deps"], name
 
 
 def test_a_word_cnn_student_needs_the_word_cnn_trained(tmp_path: Path) -> None:
@@ -385,7 +391,7 @@ def test_the_word_cnn_reads_its_own_windows(tmp_path: Path) -> None:
     raw["distill"]["student_kind"] = "word_cnn"
     params = load_params(write(tmp_path, raw))
     assert (params.cnn_task().max_length, params.cnn_task().stride) == (512, 448)
-    assert params.cnn_task().name == params.task.name
+    assert params.cnn_task().aggregate == params.task.aggregate
     assert params.task.max_length == base()["task"]["max_length"], "the encoder's windows stay"
     raw["cnn"]["stride"] = None
     with pytest.raises(ConfigError, match="cnn.max_length and cnn.stride: set both"):
@@ -413,7 +419,7 @@ def test_the_steps_mode_turns_every_time_budget_and_the_deadline_off() -> None:
     assert (steps.pretrain.max_steps, steps.finetune.epochs, steps.distill.soup) == (
         timed.pretrain.max_steps, timed.finetune.epochs, timed.distill.soup), "what the loops run is unchanged"
     from pipeline.deadline import plan_for
-    assert plan_for(steps, 0.0) is None and plan_for(timed, 0.0) is not None
+    assert plan_for(steps, 0.0, True) is None and plan_for(timed, 0.0, True) is not None
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     for name in ("pretrain", "finetune", "cnn", "distill"):
         assert "budgets.mode" in stages[name]["params"], name

@@ -4,6 +4,7 @@ targeted reruns, and clean failures on bad input."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -132,7 +133,7 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert 0.0 <= distill["soft_target_train_accuracy"] <= 1.0
     # the transfer set: 200 unlabelled sentences (tiny profile), scored by the teacher and by TF-IDF, learnt on
     transfer = pd.read_parquet(dest / "data" / "transfer" / "texts.parquet")["text"]
-    assert len(transfer) == 200 and not set(transfer) & set(pd.read_parquet(dest / "data" / "prepared" / "sst2_dev.parquet")["text"])
+    assert len(transfer) == 200 and not set(transfer) & set(pd.read_parquet(dest / "data" / "prepared" / "test.parquet")["text"])
     teacher_transfer = np.load(dest / "models" / "teacher_logits" / "transfer.npz")
     assert teacher_transfer["logits"].shape == (200, 2) and (teacher_transfer["labels"] == -1).all()
     baseline_transfer = np.load(dest / "models" / "baseline_oof" / "transfer.npz")["logits"]
@@ -142,7 +143,12 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     pretrain = json.loads((dest / "metrics" / "pretrain.json").read_text())
     assert pretrain["ppmi_vocab"] > 32 and pretrain["ppmi_tokens"] > 0, "word vectors from co-occurrences first"
     report = json.loads((dest / "reports" / "data.json").read_text())
-    assert report["rows"]["sst2_train"] == 300 and report["rows"]["sst2_dev"] == 120
+    assert report["rows"]["train"] == 300 and report["rows"]["test"] == 120 and report["dataset"] == "sst2"
+    assert json.loads((dest / "data" / "prepared" / "dataset.json").read_text()) == {
+        "labels": ["negative", "positive"], "intermediate": "imdb"}, "the prepared data's contract"
+    per_class = pd.read_csv(dest / "reports" / "per_class.csv")
+    assert sorted(per_class["class"].unique()) == ["negative", "positive"] and len(per_class) == 12, "6 variants x 2 classes"
+    assert (per_class.groupby("variant")["support"].sum() == 120).all()
     for stage in STAGES:
         assert re.search(rf"^\s+{stage}\s+\d+\.\d s$", log, re.M), f"no timing line for {stage} in the summary"
     assert "sst2 accuracy on the test split of record:" in log
@@ -190,8 +196,8 @@ def test_one_parent_run_with_a_child_per_stage(project: tuple[Path, str]) -> Non
     lock = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
     pretrain_md5 = next(o["md5"] for o in lock["pretrain"]["outs"] if o["path"].endswith("model.safetensors"))
     assert by_stage["finetune"].data.tags["input_digest.models/pretrain/model.safetensors"] == f"md5:{pretrain_md5}"
-    assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"sst2_train", "sst2_val", "imdb_train", "imdb_val"}
-    assert {d.dataset.name for d in by_stage["distill"].inputs.dataset_inputs} == {"sst2_train", "transfer_set"}
+    assert {d.dataset.name for d in by_stage["finetune"].inputs.dataset_inputs} == {"train", "val", "intermediate_train", "intermediate_val"}
+    assert {d.dataset.name for d in by_stage["distill"].inputs.dataset_inputs} == {"train", "transfer_set"}
     finetune = json.loads((dest / "metrics" / "finetune.json").read_text())
     assert 0.0 <= finetune["transfer_val_accuracy"] <= 1.0 and finetune["transfer_steps"] > 0, "IMDb transfer phase ran"
     assert len(client.get_metric_history(by_stage["finetune"].info.run_id, "transfer_train_loss")) >= 1
@@ -212,12 +218,12 @@ def test_registry_holds_a_loadable_challenger(project: tuple[Path, str]) -> None
     assert "serving_model.py" in kept and "artifacts/README.md" in kept and not [p for p in kept if p.endswith((".pkl", ".pickle", ".joblib", ".pt"))], kept
     model = mlflow.pyfunc.load_model("models:/minibert-sst2@challenger")
     out = model.predict(pd.DataFrame({"text": ["a moving , funny film", "flat , boring and far too long"]}))
-    assert list(out.columns) == ["label", "probability"] and len(out) == 2
-    assert set(out["label"]) <= {0, 1} and out["probability"].between(0.5, 1.0).all()
+    assert list(out.columns) == ["label", "probability", "p_negative", "p_positive"] and len(out) == 2
+    assert set(out["label"]) <= {"negative", "positive"} and out["probability"].between(0.5, 1.0).all()
 
 
 PICTURES = ["curves/pretrain.png", "curves/finetune.png", "curves/distill.png", "tradeoff.png", "confusion.png",
-            "calibration.png", "attention/sentence_0.png", "attention/sentence_1.png", "attention/heads.png"]
+            "calibration.png", "attention/text_0.png", "attention/text_1.png", "attention/heads.png"]
 
 
 def test_the_run_leaves_a_report_with_every_picture(project: tuple[Path, str]) -> None:
@@ -237,10 +243,10 @@ def test_the_run_leaves_a_report_with_every_picture(project: tuple[Path, str]) -
     assert page.count("src='data:image/png;base64,") == len(PICTURES) and "../plots" not in page, "self-contained"
     curves = {stage: pd.read_csv(dest / "plots" / "curves" / f"{stage}.csv") for stage in ("pretrain", "finetune", "distill")}
     assert curves["pretrain"].dropna(subset=["eval_mlm_accuracy"])["step"].tolist() == [4, 8], "pretrain.eval_every: 4"
-    assert curves["finetune"]["phase"].unique().tolist() == ["transfer", "sst2"]
+    assert curves["finetune"]["phase"].unique().tolist() == ["transfer", "task"]
     assert curves["finetune"]["step"].is_monotonic_increasing and curves["distill"]["train_loss"].notna().sum() >= 2
     heads = pd.read_csv(dest / "reports" / "attention_heads.csv")
-    assert len(heads) == 2 and heads[["next_token", "cls", "sep", "sentiment"]].stack().between(0, 1).all(), "1 layer x 2 heads"
+    assert len(heads) == 2 and heads[["next_token", "cls", "sep", "informative"]].stack().between(0, 1).all(), "1 layer x 2 heads"
 
     mlflow, client = client_for(dest)
     runs = {r.data.tags["minibert.stage"]: r.info.run_id for r in client.search_runs(
@@ -252,8 +258,8 @@ def test_the_run_leaves_a_report_with_every_picture(project: tuple[Path, str]) -
 
     assert {"report/summary.md", "report/summary.html"} <= set(artifacts("report", "report"))
     assert "curves/pretrain.png" in artifacts("pretrain", "curves") and "curves/finetune.csv" in artifacts("finetune", "curves")
-    assert {"attention/heads.png", "attention/sentence_0.png"} <= set(artifacts("evaluate", "attention"))
-    assert {"confusion.png", "calibration.png", "predictions.csv"} <= set(artifacts("evaluate"))
+    assert {"attention/heads.png", "attention/text_0.png"} <= set(artifacts("evaluate", "attention"))
+    assert {"confusion.png", "calibration.png", "predictions.csv", "per_class.csv"} <= set(artifacts("evaluate"))
     local = Path(mlflow.artifacts.download_artifacts("models:/minibert-sst2/1"))
     card = (local / "artifacts" / "README.md").read_text()
     assert card == (dest / "models" / "card" / "README.md").read_text()
@@ -331,16 +337,36 @@ def test_changing_the_finetune_lr_reruns_only_what_depends_on_it(project: tuple[
     assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == "1"
 
 
+def test_the_same_data_under_another_name_changes_no_model(project: tuple[Path, str]) -> None:
+    """No code branches on a dataset's name: SST-2 described as 'renamed' prepares byte for byte the same tables, so
+    DVC reruns prepare and the two stages that print the name (register's card, the report) and no model changes."""
+    dest, _ = project
+
+    def outs() -> dict[str, str]:
+        stages = yaml.safe_load((dest / "dvc.lock").read_text())["stages"]
+        return {o["path"]: o["md5"] for stage in stages.values() for o in stage.get("outs", [])}
+
+    before = outs()
+    shutil.copy(dest / "datasets" / "sst2.yaml", dest / "datasets" / "renamed.yaml")
+    out = sh(["dvc", "exp", "run", "-S", "data.dataset=renamed"], dest)
+    assert re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr) == ["prepare", "register", "report"]
+    after = outs()
+    named = {"reports/data.json", "models/registry.json", "models/card/README.md", "reports/summary.md", "reports/summary.html"}
+    assert {path for path in before if before[path] != after[path]} <= named
+    assert after["data/prepared"] == before["data/prepared"] and len(before) > 25, "every model file the same"
+    assert "'renamed'" in (dest / "models" / "card" / "README.md").read_text()
+
+
 def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple[Path, str]) -> None:
     dest, _ = project
     # every review's windows are training rows: the TF-IDF soft targets (per review) must follow them
     # keys the active overlay sets are set in it (profile.yaml:key): an overlay's value wins over params.yaml's
-    out = sh(["dvc", "exp", "run", "-S", "task.name=imdb", "-S", "task.intermediate=sst2", "-S", "task.truncation=windows",
+    out = sh(["dvc", "exp", "run", "-S", "data.dataset=imdb", "-S", "task.truncation=windows",
               "-S", "profile.yaml:distill.student_kind=word_cnn", "-S", "profile.yaml:distill.hidden_weight=0",
               "-S", "profile.yaml:distill.attention_weight=0", "-S", "cnn.bag_buckets=4096", "-S", "profile.yaml:distill.soup=2"],
              dest)  # and a soup of two word-CNN students (no layers to match) with an n-gram bag through export and int8
     ran = re.findall(r"Running stage '(\w+)'", out.stdout + out.stderr)
-    assert "pretrain" not in ran and "tokenizer" not in ran, "the encoder is shared by both tasks"
+    assert ran[:3] == ["prepare", "tokenizer", "pretrain"], "another dataset: its own corpus, tokenizer and encoder"
     assert {"finetune", "baseline", "baseline_oof", "cnn", "distill", "evaluate", "register", "report"} <= set(ran)
     reviews = np.load(dest / "models" / "baseline_oof" / "train.npz")["labels"]
     windows = np.load(dest / "models" / "teacher_logits" / "train.npz")["labels"]
@@ -366,7 +392,7 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     mlflow, client = client_for(dest)
     evaluate_runs = client.search_runs([client.get_experiment_by_name("minibert-tiny").experiment_id],
                                        filter_string="tags.`minibert.stage` = 'evaluate'", order_by=["attributes.start_time DESC"])
-    assert {d.dataset.name for d in evaluate_runs[0].inputs.dataset_inputs} == {"imdb_test"}
+    assert {d.dataset.name for d in evaluate_runs[0].inputs.dataset_inputs} == {"test"}
 
 
 def test_an_unknown_params_key_fails_with_its_name(project: tuple[Path, str]) -> None:
@@ -385,16 +411,20 @@ def test_an_unknown_params_key_fails_with_its_name(project: tuple[Path, str]) ->
 
 
 def test_malformed_raw_data_fails_cleanly_and_writes_nothing(project: tuple[Path, str], tmp_path: Path) -> None:
+    """A bad label in whichever dataset the workspace's params now name (earlier tests switch it)."""
     dest, _ = project
     raw = tmp_path / "raw"
-    shutil.copytree(dest / "data" / "raw" / "imdb", raw / "imdb")
-    (raw / "sst2").mkdir()
+    (raw / "sst2").mkdir(parents=True)
     (raw / "sst2" / "dev.tsv").write_text("sentence\tlabel\ngood \t1\n")
     (raw / "sst2" / "train.tsv").write_text("sentence\tlabel\nfine \t1\nbroken \tpositive\n")
+    shutil.copytree(dest / "data" / "raw" / "imdb", raw / "imdb")
+    with gzip.open(raw / "imdb" / "train.jsonl.gz", "wt") as f:
+        f.write('{"text": "fine", "label": 1}\n{"text": "broken", "label": "positive"}\n')
     out = sh([sys.executable, "-m", "pipeline.stages.prepare", "--raw", str(raw), "--out", str(tmp_path / "prepared"),
               "--metrics", str(tmp_path / "m.json"), "--report", str(tmp_path / "r.json")], dest, check=False)
     assert out.returncode == 2
-    assert re.search(r"error: .*train\.tsv, line 3: label 'positive' is not 0 or 1", out.stderr)
+    assert re.search(r"error: .*(train\.tsv, line 3|train\.jsonl\.gz, line 2), column 'label': label 'positive' is not one "
+                     r"of \['0', '1'\]", out.stderr), out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "prepared").exists() and not (tmp_path / "m.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["raw"], "no temp files left behind"

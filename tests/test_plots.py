@@ -13,7 +13,7 @@ import pytest
 from pipeline.attention_plots import attention_grid_chart, attention_head_chart, head_statistics_chart
 from pipeline.curves import curve_table, write_curves
 from pipeline.eval_plots import calibration_chart, confusion_chart
-from pipeline.metrics import confusion_matrix, positive_probability, reliability
+from pipeline.metrics import class_probabilities, confusion_matrix, reliability
 from pipeline.plots import DPI, _label_groups, tradeoff_chart, tradeoff_figure
 
 TABLE = pd.DataFrame({
@@ -113,22 +113,32 @@ def test_curves_write_a_csv_for_dvc_and_a_png_beside_it(tmp_path: Path) -> None:
 def test_reliability_bins_and_expected_calibration_error() -> None:
     labels = np.array([1, 1, 0, 0, 1])
     p = np.array([0.94, 0.92, 0.91, 0.3, 0.55])  # bins: 0.9-0.95 x3 (2 right), 0.7 (right), 0.55 (right)
-    rows, ece = reliability(labels, p, bins=10)
+    rows, ece = reliability(labels, np.stack([1 - p, p], axis=1), bins=10)
     assert [r["rows"] for r in rows] == [1, 1, 3]
     top = rows[-1]
     assert top["low"] == pytest.approx(0.9) and top["accuracy"] == pytest.approx(2 / 3)
     assert top["confidence"] == pytest.approx((0.94 + 0.92 + 0.91) / 3)
     expected = 0.2 * abs(1 - 0.55) + 0.2 * abs(1 - 0.7) + 0.6 * abs(2 / 3 - top["confidence"])
     assert ece == pytest.approx(expected)
-    assert reliability(labels, labels.astype(float))[1] == 0.0, "certain and right: perfectly calibrated"
+    certain = np.eye(2)[labels]
+    assert reliability(labels, certain)[1] == 0.0, "certain and right: perfectly calibrated"
 
 
-def test_positive_probability_from_logits_is_the_softmax() -> None:
-    logits = np.array([[2.0, -1.0], [0.0, 0.0], [-800.0, 800.0]])
+def test_reliability_of_three_classes_bins_confidence_from_a_third_to_one() -> None:
+    probabilities = np.array([[0.4, 0.3, 0.3], [0.1, 0.1, 0.8], [0.2, 0.6, 0.2], [0.98, 0.01, 0.01]])
+    labels = np.array([1, 2, 1, 0])  # the first is wrong at confidence 0.4, the others right
+    rows, ece = reliability(labels, probabilities, bins=4)  # bins of width 1/6 from 1/3
+    assert rows[0]["low"] == pytest.approx(1 / 3) and rows[-1]["high"] == pytest.approx(1.0)
+    assert [r["rows"] for r in rows] == [1, 1, 1, 1] and rows[0]["accuracy"] == 0.0
+    assert ece == pytest.approx((0.4 + 0.2 + 0.4 + 0.02) / 4)
+
+
+def test_class_probabilities_from_logits_are_the_softmax() -> None:
+    logits = np.array([[2.0, -1.0, 0.5], [0.0, 0.0, 0.0], [-800.0, 800.0, 0.0]])
     expected = np.exp(logits[:2]) / np.exp(logits[:2]).sum(1, keepdims=True)
-    np.testing.assert_allclose(positive_probability(logits, False)[:2], expected[:, 1])
-    assert positive_probability(logits, False)[2] == 1.0, "no overflow on large logits"
-    np.testing.assert_array_equal(positive_probability(np.array([[0.3, 0.7]]), True), [0.7])
+    np.testing.assert_allclose(class_probabilities(logits, False)[:2], expected)
+    assert class_probabilities(logits, False)[2, 1] == 1.0, "no overflow on large logits"
+    np.testing.assert_array_equal(class_probabilities(np.array([[0.3, 0.7]]), True), [[0.3, 0.7]])
 
 
 def test_confusion_matrix_rows_are_true_labels() -> None:
@@ -142,7 +152,7 @@ def test_confusion_and_calibration_charts(tmp_path: Path) -> None:
     variants = {name: np.clip(labels * 0.6 + rng.normal(0.2, 0.25, 200), 0, 1) for name in ("baseline", "teacher", "student")}
     confusion = confusion_chart({n: confusion_matrix(labels, p >= 0.5) for n, p in variants.items()},
                                 ("negative", "positive"), tmp_path / "confusion.png")
-    tables = {n: reliability(labels, p) for n, p in variants.items()}
+    tables = {n: reliability(labels, np.stack([1 - p, p], axis=1)) for n, p in variants.items()}
     calibration = calibration_chart({n: t[0] for n, t in tables.items()}, {n: t[1] for n, t in tables.items()},
                                     tmp_path / "calibration.png")
     width, height = png_size(confusion)
@@ -161,7 +171,7 @@ def test_attention_charts_have_a_panel_per_head(tmp_path: Path) -> None:
     assert width > height > 500, "4 heads across, 2 layers down, each panel big enough for its tokens"
     assert min(png_size(head)) >= 5 * DPI
     table = pd.DataFrame([{"layer": layer, "head": h, "next_token": rng.random(), "cls": rng.random(), "sep": rng.random(),
-                           "sentiment": rng.random()} for layer in range(2) for h in range(4)])
+                           "informative": rng.random()} for layer in range(2) for h in range(4)])
     stats = head_statistics_chart(table, tmp_path / "heads.png", "statistics")
     assert png_size(stats)[0] > 900
     for path in (grid, head, stats):

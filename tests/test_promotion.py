@@ -3,6 +3,7 @@ registry with served pyfunc versions, and two promotions racing each other."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from servers import free_port
 
 from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.batching import pad_batch
+from minibert.contract import Contract, Windows, stamp_onnx
 from minibert.export import export_onnx
 from minibert.inference import encode
 from pipeline.params import PromoteParams
@@ -26,6 +28,7 @@ from pipeline.promotion import Decision, Scores, decide
 mlflow = pytest.importorskip("mlflow")
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "minibert-sst2"
+CLASSES = ("negative", "positive")  # what the toy models' contracts name
 
 
 @pytest.mark.parametrize("challenger, champion, cfg, promote, reason", [
@@ -91,6 +94,7 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
                                  ClassifierConfig(pooling="mean")).eval()
         split_along_main_direction(model, encode(tok, texts, 16))
         paths[seed] = export_onnx(model, tmp_path / f"m{seed}.onnx")
+        stamp_onnx(paths[seed], Contract("classifier", None, Windows(16, 6, "mean"), CLASSES))
     tracking.configure("minibert-tiny", tmp_path)
     versions = []
     for seed in (0, 1, 0):
@@ -103,10 +107,13 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
     assert versions == ["1", "2", "3"]
     tracking.set_aliases(NAME, "1", ["champion"])
     tracking.set_aliases(NAME, "3", ["challenger"])
-    labels = tracking.served_predict(f"models:/{NAME}/2")(pd.DataFrame({"text": texts}))["label"].to_numpy()
+    named = tracking.served_predict(f"models:/{NAME}/2")(pd.DataFrame({"text": texts}))["label"]
+    labels = np.array([CLASSES.index(name) for name in named])
     assert 0.2 < labels.mean() < 0.8, "both classes in the toy test split"
     (tmp_path / "data" / "prepared").mkdir(parents=True)
-    pd.DataFrame({"text": texts, "label": labels}).to_parquet(tmp_path / "data" / "prepared" / "sst2_dev.parquet")
+    pd.DataFrame({"text": texts, "label": labels}).to_parquet(tmp_path / "data" / "prepared" / "test.parquet")
+    (tmp_path / "data" / "prepared" / "dataset.json").write_text(json.dumps(
+        {"labels": list(CLASSES), "intermediate": None}))
     return tmp_path, tracking
 
 
@@ -135,8 +142,12 @@ def test_promote_refuse_and_roll_back(registry) -> None:
 def test_predict_reads_the_champion_and_names_a_missing_alias(registry, tmp_path: Path) -> None:
     root, _ = registry
     lines = cli(root, "predict", "a moving film", "dull script").stdout.strip().splitlines()
-    assert len(lines) == 2 and all(line.split("\t")[0] in ("positive", "negative") for line in lines)
-    assert all(0.5 <= float(line.split("\t")[1]) <= 1.0 for line in lines)
+    assert len(lines) == 2 and all(line.split("\t")[0] in CLASSES for line in lines)
+    for line in lines:  # label, its probability, every class's, the text
+        label, probability, every, _ = line.split("\t")
+        shares = dict(pair.split("=") for pair in every.split())
+        assert list(shares) == list(CLASSES) and float(shares[label]) == float(probability) >= 0.5
+        assert sum(map(float, shares.values())) == pytest.approx(1.0, abs=2e-4)
     texts = root / "texts.txt"
     texts.write_text("one fine film\n\nthin plot\n")
     assert len(cli(root, "predict", "--file", str(texts)).stdout.strip().splitlines()) == 2
@@ -159,11 +170,11 @@ def test_predict_labels_ten_thousand_lines_and_a_100k_character_text(registry, t
     texts = toy_texts(rng, rng.integers(1, 40, size=10_000))
     many.write_text("\n".join(texts) + "\n")
     lines = cli(root, "predict", "--file", str(many)).stdout.splitlines()
-    assert len(lines) == 10_000 and [line.split("\t", 2)[2] for line in lines] == texts
-    assert all(line.split("\t")[0] in ("positive", "negative") and 0.5 <= float(line.split("\t")[1]) <= 1 for line in lines)
+    assert len(lines) == 10_000 and [line.split("\t", 3)[3] for line in lines] == texts
+    assert all(line.split("\t")[0] in CLASSES and 0.5 <= float(line.split("\t")[1]) <= 1 for line in lines)
     long_text = " ".join(toy_texts(rng, [20_000]))[:100_000]
-    (label, probability, text), = [line.split("\t") for line in cli(root, "predict", long_text).stdout.splitlines()]
-    assert label in ("positive", "negative") and 0.5 <= float(probability) <= 1 and len(text) == 100_000
+    (label, probability, _, text), = [line.split("\t") for line in cli(root, "predict", long_text).stdout.splitlines()]
+    assert label in CLASSES and 0.5 <= float(probability) <= 1 and len(text) == 100_000
 
 
 def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:
@@ -183,7 +194,6 @@ def test_two_promotions_at_once_leave_a_consistent_registry(registry) -> None:
 
 
 def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registry) -> None:
-    import json
     import signal
     import time
     import urllib.request
@@ -219,3 +229,5 @@ def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registr
         server.wait(timeout=30)
     assert [p["label"] for p in predictions] == expected["label"].tolist()
     np.testing.assert_allclose([p["probability"] for p in predictions], expected["probability"], rtol=1e-6)
+    for name in CLASSES:  # every class's probability over HTTP too
+        np.testing.assert_allclose([p[f"p_{name}"] for p in predictions], expected[f"p_{name}"], rtol=1e-6)

@@ -44,10 +44,10 @@ def runtime(exported) -> TextClassifier:
 @pytest.fixture(scope="module")
 def served(exported):
     pytest.importorskip("mlflow")
-    from pipeline.serving_model import SentimentModel
+    from pipeline.serving_model import TextClassifierModel
 
     tok_path, onnx_path = exported
-    model = SentimentModel()
+    model = TextClassifierModel()
     model.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(onnx_path)},
                                       model_config={"max_length": MAX_LENGTH, "stride": 10, "aggregate": "mean", "threads": 1}))
     return model
@@ -68,6 +68,6 @@ def test_the_runtime_labels_any_text(runtime: TextClassifier, batch: list[str]) 
 def test_the_served_model_labels_any_text(served, batch: list[str]) -> None:
     # a list, the pyfunc's other input: pandas 3 (arrow strings) cannot hold a lone surrogate in a DataFrame at all
     out = served.predict(None, batch)
-    assert list(out.columns) == ["label", "probability"] and len(out) == len(batch)
-    assert set(out["label"].tolist()) <= {0, 1}
+    assert list(out.columns) == ["label", "probability", "p_0", "p_1"] and len(out) == len(batch)
+    assert set(out["label"].tolist()) <= {"0", "1"}
     assert np.isfinite(out["probability"]).all() and ((out["probability"] >= 0.5) & (out["probability"] <= 1.0)).all()

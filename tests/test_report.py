@@ -38,8 +38,9 @@ def test_markdown_links_images_relative_and_html_embeds_them(tmp_path: Path) -> 
 
 def test_examples_pick_confident_mistakes_confident_hits_and_unsure_rows() -> None:
     test = pd.DataFrame({"text": [f"text {i}" for i in range(6)], "label": [1, 0, 1, 0, 1, 0]})
-    predictions = pd.DataFrame({"row": range(6), "label": test["label"],
-                                "p_student_onnx_int8": [0.02, 0.97, 0.55, 0.1, 0.99, 0.6]})
+    p = np.array([0.02, 0.97, 0.55, 0.1, 0.99, 0.6])  # P(class 1)
+    predictions = pd.DataFrame({"row": range(6), "label": test["label"], "pred_student_onnx_int8": (p >= 0.5).astype(int),
+                                "p_student_onnx_int8": np.maximum(p, 1 - p)})
     lists = examples(test, predictions, "student_onnx_int8", 2)
     mistakes = lists["most confident mistakes"]
     assert mistakes["text"].tolist() == ["text 0", "text 1"], "0.98 and 0.97 sure, both wrong"
@@ -49,8 +50,8 @@ def test_examples_pick_confident_mistakes_confident_hits_and_unsure_rows() -> No
 
 
 def test_results_table_compares_every_variant_with_the_baseline() -> None:
-    evaluation = {"baseline": {"accuracy": 0.80, "f1": 0.8, "ece": 0.05, "p50_ms": 0.2, "size_mb": 9.0},
-                  "student_onnx_int8": {"accuracy": 0.8125, "f1": 0.81, "ece": 0.03, "p50_ms": 0.3, "size_mb": 1.6}}
+    evaluation = {"baseline": {"accuracy": 0.80, "macro_f1": 0.8, "ece": 0.05, "p50_ms": 0.2, "size_mb": 9.0},
+                  "student_onnx_int8": {"accuracy": 0.8125, "macro_f1": 0.81, "ece": 0.03, "p50_ms": 0.3, "size_mb": 1.6}}
     table = results_table(evaluation)
     assert table.rows[1][0] == "student_onnx_int8" and table.rows[1][-1] == "+1.25"
     assert table.rows[0][-1] == "+0.00" and table.rows[1][7] == "n/a", "throughput not measured: said so, not zero"
@@ -69,20 +70,21 @@ def test_model_card_has_data_digests_metrics_use_and_limitations() -> None:
     """The card reads how the model reads text from the model file's contract, not from params."""
     params = load_params(ROOT / "params.yaml")
     contract = Contract("textcnn", "f00d", Windows(512, 448, "max"), ("negative", "positive"))
-    evaluation = {"baseline": {"accuracy": 0.8, "f1": 0.8, "ece": 0.04, "p50_ms": 0.2, "size_mb": 9.0},
-                  "student_onnx_int8": {"accuracy": 0.8119, "f1": 0.82, "ece": 0.031, "p50_ms": 0.31, "size_mb": 1.61}}
-    blocks = card_blocks(params.register.model_name, contract, 600, "sst2", "7", "student_onnx_int8", evaluation, {"rows": {"sst2_train": 63_000}},
+    evaluation = {"baseline": {"accuracy": 0.8, "macro_f1": 0.8, "ece": 0.04, "p50_ms": 0.2, "size_mb": 9.0},
+                  "student_onnx_int8": {"accuracy": 0.8119, "macro_f1": 0.82, "ece": 0.031, "p50_ms": 0.31, "size_mb": 1.61}}
+    blocks = card_blocks(params.register.model_name, contract, 600, "sst2", "7", "student_onnx_int8", evaluation,
+                         {"rows": {"train": 63_000}, "classes_per_split": {"test": {"negative": 428, "positive": 444}}},
                          {"data/raw/sst2": "md5:abc123.dir"}, {"git commit": "deadbeef"})
     md = to_markdown(blocks, Path("."))
     assert md.startswith(f"# {params.register.model_name}, version 7")
-    for needle in ("## Intended use", "## Limitations", "md5:abc123.dir", "| sst2_train | 63000 |", "81.19",
-                   "| git commit | deadbeef |", "0.031", "0 = negative, 1 = positive", "longer than 512 tokens",
+    for needle in ("## Intended use", "## Limitations", "md5:abc123.dir", "| train | 63000 |", "81.19",
+                   "| git commit | deadbeef |", "0.031", "| 0 | negative | 428 |", "| 1 | positive | 444 |", "longer than 512 tokens",
                    "stride 448", "aggregated by max", "| windows | 512 tokens, stride 448, max |", "| kind | textcnn |",
                    "vocabulary of 600 WordPiece"):
         assert needle in md, needle
     unversioned = to_markdown(card_blocks(params.register.model_name, contract, 600, "sst2", None, "student_onnx_int8",
                                           evaluation, {}, {}, {}), Path("."))
-    assert unversioned.startswith(f"# {params.register.model_name}: minibert sentiment classifier")
+    assert unversioned.startswith(f"# {params.register.model_name}: minibert text classifier")
 
 
 @pytest.mark.parametrize(("env", "tty", "shown"), [
@@ -101,11 +103,12 @@ def test_progress_bars_show_on_a_terminal_only_unless_forced(monkeypatch: pytest
 
 def test_examples_tolerate_a_variant_with_no_mistakes() -> None:
     test = pd.DataFrame({"text": ["a", "b"], "label": [1, 0]})
-    predictions = pd.DataFrame({"row": [0, 1], "label": [1, 0], "p_student_onnx_int8": np.array([0.9, 0.2])})
+    predictions = pd.DataFrame({"row": [0, 1], "label": [1, 0], "pred_student_onnx_int8": [1, 0],
+                                "p_student_onnx_int8": np.array([0.9, 0.8])})
     assert examples(test, predictions, "student_onnx_int8", 5)["most confident mistakes"].empty
 
 
-def test_sentiment_flags_mark_every_piece_of_a_lexicon_word(stage_project: Path) -> None:
+def test_informative_word_flags_mark_every_piece_of_a_lexicon_word(stage_project: Path) -> None:
     from minibert.tokenizer import load_tokenizer
     from pipeline.attention import encode_sentences
 

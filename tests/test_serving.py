@@ -14,7 +14,7 @@ from pipeline.params import TaskParams
 from pipeline.task import text_logits
 
 pytest.importorskip("mlflow")
-from pipeline.serving_model import SentimentModel, windows  # noqa: E402
+from pipeline.serving_model import TextClassifierModel, windows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     task = TaskParams(max_length=16, stride=6, aggregate="mean")
     context = SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(onnx_path)},
                               model_config={"max_length": 16, "stride": 6, "aggregate": "mean", "threads": 1})
-    pyfunc = SentimentModel()
+    pyfunc = TextClassifierModel()
     pyfunc.load_context(context)
     texts = toy_texts(rng, (3, 15, 40, 90))  # one to many windows
     return pyfunc, model, tok, task, onnx_path, texts
@@ -59,8 +59,9 @@ def test_predict_returns_labels_and_probabilities(served) -> None:
     pyfunc, *_, texts = served
     out = pyfunc.predict(None, pd.DataFrame({"text": texts}))
     logits = pyfunc.logits(texts)
-    assert out["label"].tolist() == logits.argmax(1).tolist()
+    assert out["label"].tolist() == [str(i) for i in logits.argmax(1)], "no contract in the graph: class indices as names"
     assert out["probability"].between(0.5, 1.0).all()
+    np.testing.assert_allclose(out[["p_0", "p_1"]].sum(axis=1), 1.0, rtol=1e-6)
     assert pyfunc.predict(None, []).empty
     with pytest.raises(ValueError, match="input needs a 'text' column"):
         pyfunc.predict(None, pd.DataFrame({"review": ["x"]}))
@@ -88,7 +89,7 @@ def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
     assert read_onnx_contract(graph) == contract
     config = serving_config(read_onnx_contract(graph), threads=1)
     assert (config["max_length"], config["stride"], config["threads"]) == (40, 30, 1)
-    pyfunc = SentimentModel()
+    pyfunc = TextClassifierModel()
     pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(graph)},
                                         model_config={"max_length": 16, "stride": 6, "threads": 1}))
     texts = toy_texts(np.random.default_rng(1), (3, 30, 90))
@@ -99,3 +100,26 @@ def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
     np.testing.assert_allclose(runtime.logits(texts), expected, atol=1e-4)
     at_encoder_windows = text_logits(student, tok, Windows(16, 6, "mean"), batch_size=8)(texts)
     assert not np.allclose(at_encoder_windows, expected, atol=1e-3), "the windows matter for the long texts"
+
+
+def test_a_six_class_model_answers_its_class_names_and_every_probability(tmp_path) -> None:
+    """K classes through the served chain: the names the graph's contract records, one p_<name> column each."""
+    from minibert import build_classifier
+    from minibert.config import ModelConfig
+    from minibert.contract import Contract, Windows, stamp_onnx
+
+    tok, tok_path = toy_tokenizer(tmp_path)
+    classes = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
+                             ClassifierConfig(num_labels=len(classes))).eval()
+    graph = export_onnx(model, tmp_path / "six.onnx")
+    stamp_onnx(graph, Contract("classifier", None, Windows(16, 6, "mean"), classes))
+    pyfunc = TextClassifierModel()
+    pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(graph)}, model_config={"threads": 1}))
+    texts = toy_texts(np.random.default_rng(2), (4, 12, 30))
+    out = pyfunc.predict(None, pd.DataFrame({"text": texts}))
+    assert list(out.columns) == ["label", "probability", *(f"p_{c}" for c in classes)]
+    probabilities = out[[f"p_{c}" for c in classes]].to_numpy()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    assert out["label"].tolist() == [classes[i] for i in pyfunc.logits(texts).argmax(1)]
+    np.testing.assert_allclose(out["probability"], probabilities.max(axis=1))

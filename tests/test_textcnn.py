@@ -177,7 +177,7 @@ def test_kims_vector_channels_train_only_the_tables_they_should(tmp_path: Path, 
     cfg = CNNParams(widths=(1, 2), filters=8, dropout=0.0, batch_size=32, epochs=2.0, time_budget_min=None)
     shared, rows = TrainParams(eval_every=8), (ids.tolist(), labels.numpy())
     if vectors == "non_static":  # the cnn stage's word-CNN
-        model, model_cfg, metrics = train_word_cnn(cfg, shared, pretrained, rows, val, NullTracker())
+        model, model_cfg, metrics = train_word_cnn(cfg, shared, pretrained, rows, val, NullTracker(), 2)
     else:  # Kim's other channels: a minibert.textcnn setting, trained through the same loop
         torch.manual_seed(shared.seed)
         model_cfg = TextCNNConfig(vocab_size=20, dim=8, widths=cfg.widths, filters=cfg.filters, dropout=cfg.dropout,

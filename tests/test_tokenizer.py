@@ -156,7 +156,7 @@ def test_windows_truncation_trains_on_every_token_with_the_text_label(trained: T
 
     long_text, short_text = " ".join(CORPUS[:3]), "short one"
     df = pd.DataFrame({"text": [long_text, short_text, ""], "label": [1, 0, 1]})
-    task = TaskParams(name="imdb", max_length=18, stride=12, truncation="windows")
+    task = TaskParams(max_length=18, stride=12, truncation="windows")
     sequences, labels = encode_train(trained, df, task)
     full = trained.encode(long_text, add_special_tokens=False).ids
     cls_id, sep_id = trained.token_to_id("[CLS]"), trained.token_to_id("[SEP]")

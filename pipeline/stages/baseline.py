@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.stages.common import finish_stage  # mlflow only where a stage logs
     from pipeline.tracking import stage_run
     params: Params = load_params()
-    train_path, val_path = split_path(args.data, params.task, "train"), split_path(args.data, params.task, "val")
+    train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
     with stage_run("baseline", params, [train_path, val_path]) as tracker:
-        train, val = load_split(args.data, params.task, "train"), load_split(args.data, params.task, "val")
+        train, val = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train, train_path.stem, train_path, context="training")
         model, metrics = fit_baseline(params.baseline, train, val)
         with atomic_path(args.out) as tmp:

@@ -2,7 +2,7 @@
 
 The training split is cut into five stratified folds (``pipeline.tfidf.FOLDS``); each fold is scored
 by the ``baseline`` section's TF-IDF + LR fitted on the other folds plus, when
-``task.intermediate`` names one, that task's labelled training texts (never scored
+the dataset's description names an intermediate task, its labelled training texts (never scored
 themselves). A model's scores on texts it was fitted on are near-certain and tell the student
 nothing the labels don't; out-of-fold scores are what the model knows. The ``soft_targets`` stage
 averages them with the other sources' (``soft_targets.shares.tfidf``). With a share of 0 nothing is fitted and
@@ -22,7 +22,7 @@ import numpy as np
 from pipeline.io import read_table
 from pipeline.params import Params, load_params
 from pipeline.soft_targets import UNLABELLED, save_logits
-from pipeline.splits import load_split, split_path
+from pipeline.splits import load_split, prepared, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.tfidf import FOLDS, fold_jobs, out_of_fold_logits
 from pipeline.tracking import stage_run
@@ -37,14 +37,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline_oof.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    task, share = params.task, params.soft_targets.shares.tfidf
-    paths = [split_path(args.data, task, "train"), args.transfer]
-    extra_task = task.intermediate_task()
-    if extra_task is not None:
-        paths.append(split_path(args.data, extra_task, "train"))
+    share = params.soft_targets.shares.tfidf
+    intermediate = prepared(args.data).intermediate is not None
+    paths = [split_path(args.data, "train"), args.transfer]
+    if intermediate:
+        paths.append(split_path(args.data, "train", intermediate=True))
     with stage_run("baseline_oof", params, paths) as tracker:
-        train = load_split(args.data, task, "train")
-        extra = None if extra_task is None else load_split(args.data, extra_task, "train")
+        train = load_split(args.data, "train")
+        extra = load_split(args.data, "train", intermediate=True) if intermediate else None
         transfer = read_table(args.transfer, ["text"])["text"].tolist()
         logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, params.train.seed, share, train, extra,
                                                               fold_jobs(FOLDS + bool(transfer)), transfer)

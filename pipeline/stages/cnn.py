@@ -1,7 +1,7 @@
 """cnn: a word-level CNN (``minibert.textcnn``, Kim 2014) over the pretrained encoder's word vectors:
 a soft-target source, and the word_cnn student's starting model.
 
-Trained on the task's training rows and, when ``task.intermediate`` names one, that task's labelled
+Trained on the task's training rows and, when the dataset's description names an intermediate task, its labelled
 texts shuffled in (IMDb reviews for SST-2, their head and tail kept), with the classifier's
 length-bucketed batches, schedule, time budget and best-on-validation selection. It then scores
 the training rows and the transfer set's texts, cut as ``teacher_logits`` cuts them, so the
@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.textcnn import save_textcnn
@@ -31,10 +30,10 @@ from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.scoring import chunked_logits, validation
 from pipeline.soft_targets import save_logits
-from pipeline.splits import load_split, split_path
+from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train, reads
 from pipeline.transfer_texts import load_transfer_split
-from pipeline.word_cnn import extra_task, train_word_cnn, with_extra
+from pipeline.word_cnn import train_word_cnn, with_extra
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,14 +51,14 @@ def main(argv: list[str] | None = None) -> None:
 
     params: Params = load_params()
     cfg, task = params.cnn, params.cnn_task()  # cnn.max_length / stride: its own windows
-    other = extra_task(task)
-    train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
+    data = prepared(args.data)
+    train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.pretrained]
-    if other is not None:
-        inputs.append(split_path(args.data, other, "train"))
+    if data.intermediate is not None:
+        inputs.append(split_path(args.data, "train", intermediate=True))
     with stage_run("cnn", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
-        train_df = load_split(args.data, task, "train")
+        train_df = load_split(args.data, "train")
         transfer_df = load_transfer_split(args.transfer)
         sequences, labels = encode_train(tok, train_df, task)
         transfer, transfer_labels = encode_train(tok, transfer_df, task)
@@ -73,17 +72,17 @@ def main(argv: list[str] | None = None) -> None:
         check_tokenizer(args.pretrained, tok, args.tokenizer)
         encoder, _, _ = load_model(args.pretrained)
         vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
-        val_df = load_split(args.data, task, "val")
+        val_df = load_split(args.data, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         rows, extra_rows = with_extra(tok, args.data, task, (sequences, labels))
         model, model_cfg, metrics = train_word_cnn(cfg, params.train, vectors, rows, validation(tok, val_df, task), tracker,
-                                          num_labels=int(pd.concat([train_df, val_df])["label"].max()) + 1)
+                                                   data.num_labels)
         start = time.perf_counter()
         logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)
         transfer_logits = chunked_logits(model, transfer, "cnn logits, transfer set", model_cfg.num_labels, batch_size=256)
         save_logits(files["train"], logits, labels)
         save_logits(files["transfer"], transfer_logits, transfer_labels)
-        model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok), reads=reads(task))
+        model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok), reads=reads(task, data.labels))
         metrics.update({"rows": len(labels), "extra_rows": extra_rows, "transfer_rows": len(transfer),
                         "score_seconds": time.perf_counter() - start, "skipped": False,
                         "train_accuracy": classification_metrics(labels, logits)["accuracy"]})

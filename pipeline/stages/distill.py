@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> None:
     start = args.cnn_model if cfg.student_kind == "word_cnn" else args.teacher
     contract = read_contract(start)  # the student reads texts as the model it starts from
     task = reading(params.task, contract.windows)
-    train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
+    train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
     inputs = [train_path, val_path, args.soft_targets / TARGETS, args.tokenizer, start]
     with stage_run("distill", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(start, tok, args.tokenizer)
-        train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
+        train_df, val_df = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         sequences, labels = encode_train(tok, train_df, task)
         targets = load_soft_targets(args.soft_targets)

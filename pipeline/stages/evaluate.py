@@ -1,4 +1,4 @@
-"""evaluate: every variant on the task's test split of record (SST-2: GLUE dev): quality, size, speed.
+"""evaluate: every variant on the task's test split of record: quality, size, speed.
 
 Variants: ``baseline`` (TF-IDF + LR), ``teacher`` (fine-tuned, torch, in the precision it was
 fine-tuned in, ``train.precision``, as ``teacher_logits`` scores it: bf16 autocast where native
@@ -12,12 +12,13 @@ the deployed chain). Each model reads texts through the windows its file records
 - throughput: texts/s over the whole split handed over at once, run in length-sorted batches
   of ``BATCH_SIZE`` on ``export.threads`` (the pass that also scores accuracy).
 
-Size is the artifact's file size; calibration is the expected calibration error (ECE) of the
+Quality is accuracy and macro-F1, and each class's precision, recall and F1 (reports/per_class.csv);
+size is the artifact's file size; calibration is the expected calibration error (ECE) of the
 predicted label's probability. Written to metrics/evaluate.json (nested, so ``dvc metrics show``
 lists every variant), plots/evaluate.csv (the table), plots/tradeoff.png (accuracy vs latency and
-vs size), plots/confusion.png, plots/calibration.png, reports/predictions.csv (every test row's
-P(positive) under every variant, for the report), plots/attention/ (the teacher's attention: every
-head for each of ``pipeline.attention_plots.SENTENCES``, and per-head statistics over the first
+vs size), plots/confusion.png (K x K), plots/calibration.png, reports/predictions.csv (every test
+row's predicted class and its probability under every variant, for the report), plots/attention/ (the teacher's attention: every
+head for each of the first ``pipeline.attention_plots.PICTURED`` test texts, and per-head statistics over the first
 ``HEAD_ROWS`` test rows, whose numbers go to reports/attention_heads.csv); all logged to MLflow.
 """
 
@@ -46,32 +47,32 @@ from pipeline.attention import (
     LEXICON_SIZE,
     head_statistics_picture,
     head_table,
+    informative_words,
     sentence_pictures,
-    sentiment_lexicon,
 )
-from pipeline.attention_plots import SENTENCES
+from pipeline.attention_plots import PICTURED
 from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.io import atomic_path, write_json
 from pipeline.metrics import (
     LATENCY_ROWS,
+    class_probabilities,
     classification_metrics,
     confusion_matrix,
-    positive_probability,
+    per_class,
     reliability,
     single_text_latency,
 )
 from pipeline.params import Params, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
-from pipeline.splits import load_split, split_path
+from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import text_logits
 from pipeline.tfidf import load_baseline
 from pipeline.tracking import stage_run
 
-Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, 2) scores
-CLASS_NAMES = ("negative", "positive")
+Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, K) scores
 BATCH_SIZE = 32  # texts a batch in the throughput pass
-CALIBRATION_BINS = 10  # equal-width confidence bins over [0.5, 1] (reliability diagram, ECE)
+CALIBRATION_BINS = 10  # equal-width confidence bins over [1/K, 1] (reliability diagram, ECE)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Variant:
 @dataclass(frozen=True)
 class Measured:
     metrics: dict[str, float]
-    p_positive: np.ndarray  # (N,) P(label 1) a test row
+    probabilities: np.ndarray  # (N, K) class probabilities a test row
     reliability: list[dict[str, float]]  # the reliability diagram's bins
 
 
@@ -101,12 +102,12 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
     torch.set_num_threads(1)
     latency = single_text_latency(variant.predict_one, texts[:LATENCY_ROWS])
     torch.set_num_threads(threads)
-    p_positive = positive_probability(scores, variant.probabilities)
-    bins, ece = reliability(labels, p_positive, CALIBRATION_BINS)
+    probabilities = class_probabilities(scores, variant.probabilities)
+    bins, ece = reliability(labels, probabilities, CALIBRATION_BINS)
     metrics = {**classification_metrics(labels, scores), "ece": ece, **latency,
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16)}
-    return Measured(metrics, p_positive, bins)
+    return Measured(metrics, probabilities, bins)
 
 
 def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int) -> Variant:
@@ -127,23 +128,31 @@ def run(variants: list[Variant], test: pd.DataFrame, threads: int) -> dict[str, 
         torch.set_num_threads(previous)
 
 
-def quality_pictures(measured: dict[str, Measured], labels: np.ndarray, confusion: Path, calibration: Path) -> None:
-    matrices = {name: confusion_matrix(labels, (m.p_positive >= 0.5).astype(np.int64)) for name, m in measured.items()}
-    confusion_chart(matrices, CLASS_NAMES, confusion)
+def quality_pictures(measured: dict[str, Measured], labels: np.ndarray, classes: tuple[str, ...], confusion: Path,
+                     calibration: Path) -> None:
+    matrices = {name: confusion_matrix(labels, m.probabilities.argmax(axis=-1), len(classes)) for name, m in measured.items()}
+    confusion_chart(matrices, classes, confusion)
     calibration_chart({name: m.reliability for name, m in measured.items()},
                       {name: m.metrics["ece"] for name, m in measured.items()}, calibration)
 
 
+def class_table(measured: dict[str, Measured], labels: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """One row a variant and class: precision, recall, F1 and support on the test split."""
+    return pd.DataFrame([{"variant": name, "class": cls, **row}
+                         for name, m in measured.items()
+                         for cls, row in per_class(labels, m.probabilities.argmax(axis=-1), classes).items()])
+
+
 def attention_pictures(teacher: torch.nn.Module, tok: Tokenizer, baseline: object, test: pd.DataFrame,
                        windows: Windows, out: Path, heads_csv: Path) -> pd.DataFrame:
-    """``out``/sentence_<i>.png a sentence and ``out``/heads.png, the head table to ``heads_csv``; returns it."""
-    lexicon = sentiment_lexicon(baseline, LEXICON_SIZE)
+    """``out``/text_<i>.png for each of the first ``PICTURED`` test texts and ``out``/heads.png, the head table to ``heads_csv``; returns it."""
+    lexicon = informative_words(baseline, LEXICON_SIZE)
     texts = test["text"].tolist()[:HEAD_ROWS]
     table = head_table(teacher, tok, texts, windows.max_length, lexicon)
     with atomic_path(out) as tmp:
         tmp.mkdir()
-        for i, sentence in enumerate(SENTENCES):
-            sentence_pictures(teacher, tok, sentence, windows.max_length, tmp / f"sentence_{i}.png")
+        for i, text in enumerate(texts[:PICTURED]):
+            sentence_pictures(teacher, tok, text, windows.max_length, tmp / f"text_{i}.png")
         head_statistics_picture(table, tmp / "heads.png", len(texts))
     with atomic_path(heads_csv) as tmp:
         table.to_csv(tmp, index=False)
@@ -167,15 +176,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calibration", type=Path, default=Path("plots/calibration.png"))
     parser.add_argument("--attention", type=Path, default=Path("plots/attention"), help="a folder of attention pictures")
     parser.add_argument("--predictions", type=Path, default=Path("reports/predictions.csv"))
+    parser.add_argument("--per-class", type=Path, default=Path("reports/per_class.csv"),
+                        help="precision, recall, F1 and support of every class under every variant")
     parser.add_argument("--heads", type=Path, default=Path("reports/attention_heads.csv"),
                         help="per-head attention statistics (one row a layer and head)")
     args = parser.parse_args(argv)
     params: Params = load_params()
-    task, threads = params.task, params.export.threads
-    test_path = split_path(args.data, task, "test")
+    threads, classes = params.export.threads, prepared(args.data).labels
+    test_path = split_path(args.data, "test")
     inputs = [test_path, args.tokenizer, args.baseline, args.teacher, args.student, args.int8, args.onnx, args.onnx_int8]
     with stage_run("evaluate", params, inputs) as tracker:
-        test = load_split(args.data, task, "test")
+        test = load_split(args.data, "test")
         tracker.log_dataset(test, test_path.stem, test_path, context="evaluation")
         tok = load_tokenizer(args.tokenizer)
         baseline = load_baseline(args.baseline)
@@ -209,16 +220,21 @@ def main(argv: list[str] | None = None) -> None:
         with atomic_path(args.plot) as tmp:
             table.to_csv(tmp, index=False)
         with atomic_path(args.predictions) as tmp:
-            pd.DataFrame({"row": np.arange(len(test)), "label": labels,
-                          **{f"p_{name}": m.p_positive for name, m in measured.items()}}).to_csv(tmp, index=False)
+            columns = {"row": np.arange(len(test)), "label": labels}
+            for name, m in measured.items():
+                columns.update({f"pred_{name}": m.probabilities.argmax(axis=-1), f"p_{name}": m.probabilities.max(axis=-1)})
+            pd.DataFrame(columns).to_csv(tmp, index=False)
+        with atomic_path(args.per_class) as tmp:
+            class_table(measured, labels, classes).to_csv(tmp, index=False)
         tradeoff_chart(table, args.chart)
-        quality_pictures(measured, labels, args.confusion, args.calibration)
+        quality_pictures(measured, labels, classes, args.confusion, args.calibration)
         heads = attention_pictures(teacher, tok, baseline, test, teacher_reads, args.attention, args.heads)
         write_json(results, args.metrics)  # last: DVC sees the stage done only when everything is written
         tracker.log_metrics({f"{name}.{key}": value for name, row in results.items() for key, value in row.items()})
         tracker.log_metrics({f"attention.L{r.layer}H{r.head}.{k}": float(getattr(r, k))
                              for r in heads.itertuples() for k in heads.columns if k not in ("layer", "head")})
-        for path in (args.metrics, args.plot, args.chart, args.confusion, args.calibration, args.predictions, args.heads):
+        for path in (args.metrics, args.plot, args.chart, args.confusion, args.calibration, args.predictions, args.per_class,
+                     args.heads):
             tracker.log_artifact(path)
         tracker.log_artifact(args.attention, "attention")
 

@@ -104,12 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = params.export
     contract = read_contract(args.student)  # the windows and labels the student was trained with
     windows = contract.windows
-    test_path = split_path(args.data, params.task, "test")
+    test_path = split_path(args.data, "test")
     with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
         student = load_classifier(args.student)
-        documents = encode_documents(tok, load_split(args.data, params.task, "test")["text"].tolist())
+        documents = encode_documents(tok, load_split(args.data, "test")["text"].tolist())
         cut, _ = document_windows(documents, windows.max_length, windows.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
         sequences = parity_sample(cut, PARITY_ROWS)
         metrics: dict[str, float] = {"opset": OPSET, "windows": len(cut), "parity_windows": len(sequences)}

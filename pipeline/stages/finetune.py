@@ -1,13 +1,13 @@
-"""finetune: the SST-2 sentiment classifier, initialised from the pretrained encoder.
+"""finetune: the task's classifier (the teacher), initialised from the pretrained encoder.
 
 Length-bucketed batches with dynamic padding; AdamW with warmup and decay; validation accuracy
 every ``train.eval_every`` steps, and the best-scoring weights are the ones written (early stopping
-by model selection on the validation split, never on GLUE dev).
+by model selection on the validation split, never on the test split). The head has one output a
+class of the prepared data (``dataset.json``).
 
-``task.intermediate`` (intermediate-task transfer, as in STILTs) first trains the same classifier
-for one epoch on another labelled task of the prepared data (IMDb reviews for SST-2), selected on
-that task's validation split, then fine-tunes it on the profile's task; its metrics carry a
-``transfer_`` prefix.
+When the dataset's description names an intermediate task (intermediate-task transfer, as in STILTs),
+the same classifier first trains for one epoch on it (IMDb reviews for SST-2), selected on that
+task's validation split, then fine-tunes on the task; its metrics carry a ``transfer_`` prefix.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pipeline.classifier_loop import train_classifier
 from pipeline.curves import write_curves
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
-from pipeline.splits import load_split, split_path
+from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train, reads
 from pipeline.teacher import build, finetune_loop, head_config, transfer_phase, transfer_splits
 
@@ -48,20 +48,21 @@ def main(argv: list[str] | None = None) -> None:
     cfg, task = params.finetune, params.task
     world = World.from_env()  # several processes under torchrun, else one
     world.init()
-    train_path, val_path = split_path(args.data, task, "train"), split_path(args.data, task, "val")
-    transfer = transfer_splits(cfg, task, args.data)
+    data = prepared(args.data)
+    train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
+    transfer = transfer_splits(args.data)
     inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
     with stage_run("finetune", params, inputs) as tracker:
         torch.manual_seed(params.train.seed)
         tok = load_tokenizer(args.tokenizer)
-        train_df, val_df = load_split(args.data, task, "train"), load_split(args.data, task, "val")
+        train_df, val_df = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
         tracker.log_dataset(val_df, val_path.stem, val_path, context="validation")
         for (path, df), context in zip(transfer, ("transfer training", "transfer validation")):
             tracker.log_dataset(df, path.stem, path, context=context)
         check_tokenizer(args.pretrained, tok, args.tokenizer)
         mlm, model_cfg, _ = load_model(args.pretrained)
-        model = build(cfg, model_cfg, mlm.backbone).to(world.device())  # this rank's GPU when there is one
+        model = build(cfg, model_cfg, mlm.backbone, data.num_labels).to(world.device())  # this rank's GPU when there is one
         recorder = RecordingTracker(tracker)
         model, transfer_metrics = transfer_phase(model, cfg, params.train, task, tok, transfer, recorder, world, phase="transfer")
         model, metrics = train_classifier(model, finetune_loop(cfg, params.train), encode_train(tok, train_df, task),
@@ -70,8 +71,9 @@ def main(argv: list[str] | None = None) -> None:
         metrics.update(transfer_metrics, processes=world.size)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
-        save_model(model, model_cfg, args.out, head_config(cfg), vocabulary_digest(tok), reads=reads(task))
-        curves = write_curves(recorder.history, args.curves, task.name, f"fine-tuning on {task.name}")
+        save_model(model, model_cfg, args.out, head_config(cfg, data.num_labels), vocabulary_digest(tok),
+                   reads=reads(task, data.labels))
+        curves = write_curves(recorder.history, args.curves, "task", "fine-tuning on the task")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 
 

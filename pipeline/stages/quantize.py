@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
     cfg = params.quantize
-    val_path = split_path(args.data, params.task, "val")
+    val_path = split_path(args.data, "val")
     inputs = [args.student, args.fused, val_path, args.tokenizer]
     with stage_run("quantize", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
                            conv=cfg.conv)
         contract = read_onnx_contract(args.fused)
         stamp_onnx(args.onnx_out, contract)  # the int8 graph reads texts as the graph it was made from
-        val_logits, labels, _ = validation(tok, load_split(args.data, params.task, "val"), contract.windows)
+        val_logits, labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
         threads = params.export.threads
         accuracy = {
             name: classification_metrics(labels, val_logits(model))["accuracy"]

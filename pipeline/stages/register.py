@@ -27,6 +27,7 @@ from pipeline.io import DataError, atomic_path, read_json, write_json
 from pipeline.model_card import DEPLOYED, card_blocks
 from pipeline.params import Params, load_params
 from pipeline.provenance import git_commit, raw_data_digests
+from pipeline.splits import load_split, split_path
 from pipeline.tracking import (
     alias_version,
     log_pyfunc_model,
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--evaluation", type=Path, default=Path("metrics/evaluate.json"))
     parser.add_argument("--out", type=Path, default=Path("models/registry.json"))
     parser.add_argument("--data-report", type=Path, default=Path("reports/data.json"))
+    parser.add_argument("--data", type=Path, default=Path("data/prepared"), help="the task's name and example texts")
     parser.add_argument("--card", type=Path, default=Path("models/card/README.md"),
                         help="the model card, registered with the model as README.md")
     args = parser.parse_args(argv)
@@ -70,9 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         raise DataError(f"{args.evaluation}: no {DEPLOYED!r} entry; rerun `dvc repro evaluate`")
     if deployed["accuracy"] < cfg.min_accuracy:
         raise DataError(
-            f"dev accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
+            f"test accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
         )
-    inputs = [args.onnx, args.tokenizer, args.evaluation, args.data_report]
+    inputs = [args.onnx, args.tokenizer, args.evaluation, args.data_report, split_path(args.data, "test")]
     with stage_run("register", params, inputs) as tracker:
         root = project_root()
         sha, dirty = git_commit(root)
@@ -81,13 +83,13 @@ def main(argv: list[str] | None = None) -> None:
                       "load it with": f"mlflow.pyfunc.load_model('models:/{cfg.model_name}@champion')"}
         contract = read_onnx_contract(args.onnx)
         vocab_size = load_tokenizer(args.tokenizer).get_vocab_size()
-        card = partial(card_blocks, cfg.model_name, contract, vocab_size, params.task.name, deployed=DEPLOYED, evaluation=evaluation, data_report=read_json(args.data_report),
+        card = partial(card_blocks, cfg.model_name, contract, vocab_size, params.data.dataset, deployed=DEPLOYED, evaluation=evaluation, data_report=read_json(args.data_report),
                        digests=raw_data_digests(root), provenance=provenance)
         if args.card.name != "README.md":
             raise DataError(f"--card {args.card}: the model card's file must be called README.md")
         with atomic_path(args.card) as tmp:
             tmp.write_text(to_markdown(card(version=None), args.card.parent), encoding="utf-8")
-        example = pd.DataFrame({"text": ["a gripping , beautifully acted film .", "dull and far too long ."]})
+        example = pd.DataFrame({"text": load_split(args.data, "test")["text"].head(2).tolist()})
         version = log_pyfunc_model(
             name="model",
             python_model=str(SERVING_CODE),

@@ -3,7 +3,7 @@
 What the run measured (every variant's quality, calibration, speed and size beside the TF-IDF
 baseline), how training went (curves of pretraining, fine-tuning and distillation), the
 evaluation pictures (accuracy vs latency and size, confusion matrices, reliability diagram), what
-the teacher attends to (every head for the chosen sentences, per-head statistics), and example
+the teacher attends to (every head for the first test texts, per-head statistics), and example
 predictions of the deployed model: its most confident mistakes, its most confident right
 answers and the rows it is least sure of. Both files, and the pictures, are logged to MLflow.
 """
@@ -15,15 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from pipeline.attention_plots import SENTENCES, STATISTIC_TITLES
+from pipeline.attention_plots import PICTURED, STATISTIC_TITLES
 from pipeline.document import Block, Figure, Heading, Table, Text, to_html, to_markdown
 from pipeline.io import DataError, atomic_path, read_json
 from pipeline.model_card import DEPLOYED
 from pipeline.params import Params, load_params
-from pipeline.splits import load_split, split_path
+from pipeline.splits import Prepared, load_split, prepared, split_path
 
 VARIANTS = {
     "baseline": "TF-IDF + logistic regression",
@@ -52,11 +51,11 @@ def results_table(evaluation: dict[str, dict[str, float]]) -> Table:
     base = evaluation["baseline"]["accuracy"]
     order = [v for v in VARIANTS if v in evaluation] + [v for v in evaluation if v not in VARIANTS]
     rows = tuple(
-        (name, describe(name, m), _num(m, "accuracy", ".2f", 100), _num(m, "f1", ".2f", 100), _num(m, "ece", ".3f"),
+        (name, describe(name, m), _num(m, "accuracy", ".2f", 100), _num(m, "macro_f1", ".2f", 100), _num(m, "ece", ".3f"),
          _num(m, "p50_ms", ".2f"), _num(m, "p95_ms", ".2f"), _num(m, "throughput_per_s", ".0f"), _num(m, "size_mb", ".2f"),
          f"{100 * (m['accuracy'] - base):+.2f}")
         for name, m in ((n, evaluation[n]) for n in order))
-    return Table(("variant", "what", "accuracy %", "F1 %", "ECE", "p50 ms", "p95 ms", "texts/s", "size MB",
+    return Table(("variant", "what", "accuracy %", "macro-F1 %", "ECE", "p50 ms", "p95 ms", "texts/s", "size MB",
                   "vs baseline (points)"), rows)
 
 
@@ -100,23 +99,22 @@ def head_summary(heads: pd.DataFrame) -> Table:
 
 def examples(test: pd.DataFrame, predictions: pd.DataFrame, variant: str, count: int) -> dict[str, pd.DataFrame]:
     """Most confident mistakes, most confident right answers, least sure rows of ``variant``."""
-    p = predictions[f"p_{variant}"].to_numpy()
     table = pd.DataFrame({"text": test["text"].to_numpy()[predictions["row"].to_numpy()], "label": predictions["label"],
-                          "predicted": (p >= 0.5).astype(int), "confidence": np.maximum(p, 1 - p)})
+                          "predicted": predictions[f"pred_{variant}"], "confidence": predictions[f"p_{variant}"]})
     wrong = table["predicted"] != table["label"]
     return {
         "most confident mistakes": table[wrong].sort_values("confidence", ascending=False, kind="stable").head(count),
         "most confident right answers": table[~wrong].sort_values("confidence", ascending=False, kind="stable").head(count),
-        "least sure": table.assign(margin=(table["confidence"] - 0.5)).sort_values("margin", kind="stable").head(count),
+        "least sure": table.sort_values("confidence", kind="stable").head(count),
     }
 
 
 def predictions_wrong(predictions: pd.DataFrame, variant: str) -> int:
     """Test rows ``variant`` gets wrong."""
-    return int(((predictions[f"p_{variant}"] >= 0.5).astype(int) != predictions["label"]).sum())
+    return int((predictions[f"pred_{variant}"] != predictions["label"]).sum())
 
 
-def example_table(rows: pd.DataFrame, classes: tuple[str, str] = ("negative", "positive")) -> Table:
+def example_table(rows: pd.DataFrame, classes: tuple[str, ...]) -> Table:
     def cut(text: str) -> str:
         return text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1].rstrip() + "…"
 
@@ -124,17 +122,17 @@ def example_table(rows: pd.DataFrame, classes: tuple[str, str] = ("negative", "p
                  tuple((cut(r.text), classes[r.label], classes[r.predicted], f"{r.confidence:.3f}") for r in rows.itertuples()))
 
 
-def build(params: Params, stages: dict[str, dict[str, Any]], data_report: dict[str, Any], test: pd.DataFrame,
+def build(params: Params, data: Prepared, stages: dict[str, dict[str, Any]], data_report: dict[str, Any], test: pd.DataFrame,
           predictions: pd.DataFrame, heads: pd.DataFrame, plots: Path, commit: str, registry: dict[str, Any]) -> list[Block]:
-    task = params.task.name
+    task = params.data.dataset
     evaluation = stages["evaluate"]
     for name in ("baseline", "teacher", DEPLOYED):
         if name not in evaluation:
             raise DataError(f"metrics/evaluate.json: no {name!r} entry; rerun `dvc repro evaluate`")
     blocks: list[Block] = [
         Heading("minibert run report", 1),
-        Table(("", ""), (("task", f"{task}: {len(test)} test rows ({'GLUE dev' if task == 'sst2' else 'test split'})"),
-                         ("training rows", str(data_report.get("rows", {}).get(f"{task}_train", "n/a"))),
+        Table(("", ""), (("task", f"{task}: {len(data.labels)} classes ({', '.join(data.labels)}), {len(test)} test rows"),
+                         ("training rows", str(data_report.get("rows", {}).get("train", "n/a"))),
                          ("git commit", commit), ("teacher encoder", ", ".join(f"{k} {v}" for k, v in params.model.items())),
                          ("registered as", f"{registry.get('model_uri', 'n/a')} (aliases: {', '.join(registry.get('aliases', [])) or 'none'})"),
                          ("written", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")))),
@@ -156,13 +154,13 @@ def build(params: Params, stages: dict[str, dict[str, Any]], data_report: dict[s
         Heading("What the teacher attends to"),
     ]
     blocks.append(head_summary(heads))
-    for i, sentence in enumerate(SENTENCES):
-        blocks.append(Figure(plots / "attention" / f"sentence_{i}.png", f"every head on {sentence!r}"))
-    blocks.append(Figure(plots / "attention" / "heads.png", "per-head statistics over test sentences; sentiment words are "
+    for i, text in enumerate(test["text"].tolist()[:PICTURED]):
+        blocks.append(Figure(plots / "attention" / f"text_{i}.png", f"every head on {text[:TEXT_CHARS]!r}"))
+    blocks.append(Figure(plots / "attention" / "heads.png", "per-head statistics over test texts; informative words are "
                                                             "the baseline's highest-weight words"))
     blocks.append(Heading(f"Example predictions of the deployed model ({DEPLOYED})"))
     for title, rows in examples(test, predictions, DEPLOYED, EXAMPLES).items():
-        blocks += [Heading(title, 3), example_table(rows) if len(rows) else Text("none")]
+        blocks += [Heading(title, 3), example_table(rows, data.labels) if len(rows) else Text("none")]
     missing = [str(b.path) for b in blocks if isinstance(b, Figure) and not b.path.is_file()]
     if missing:
         raise DataError(f"pictures missing: {', '.join(missing)}; rerun the stages that write them (`dvc repro`)")
@@ -188,12 +186,12 @@ def main(argv: list[str] | None = None) -> None:
               for name in ("pretrain", "finetune", "distill", "evaluate") if (args.metrics_dir / f"{name}.json").is_file()}
     if "evaluate" not in stages:
         raise FileNotFoundError(f"{args.metrics_dir / 'evaluate.json'} not found; run `dvc repro evaluate` first")
-    test_path = split_path(args.data, params.task, "test")
+    test_path = split_path(args.data, "test")
     inputs = [args.metrics_dir / f"{name}.json" for name in stages] + [args.predictions, args.heads, test_path]
     with stage_run("report", params, inputs) as tracker:
         sha, dirty = git_commit(project_root())
         predictions = pd.read_csv(args.predictions)
-        blocks = build(params, stages, read_json(args.data_report), load_split(args.data, params.task, "test"),
+        blocks = build(params, prepared(args.data), stages, read_json(args.data_report), load_split(args.data, "test"),
                        predictions, pd.read_csv(args.heads), args.plots, sha + (" (uncommitted changes)" if dirty else ""),
                        read_json(args.registry) if args.registry.is_file() else {})
         html_path = args.out.with_suffix(".html")

@@ -52,11 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     shares, task = params.soft_targets.shares.of(), params.task
     folders = {"teacher": args.teacher, "tfidf": args.tfidf, "word_cnn": args.word_cnn}
     active = [name for name, share in shares.items() if share > 0]
-    train_path = split_path(args.data, task, "train")
+    train_path = split_path(args.data, "train")
     inputs = [train_path, args.transfer, args.tokenizer, *(folders[name] / "train.npz" for name in active)]
     with stage_run("soft_targets", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
-        train_df, transfer_df = load_split(args.data, task, "train"), load_transfer_split(args.transfer)
+        train_df, transfer_df = load_split(args.data, "train"), load_transfer_split(args.transfer)
         _, labels, text_index = encode_train_indexed(tok, train_df, task)
         _, transfer_labels, transfer_index = encode_train_indexed(tok, transfer_df, task)
         train_rows = {name: source_logits(name, folders[name] / "train.npz", labels, train_df["label"].to_numpy(), text_index)

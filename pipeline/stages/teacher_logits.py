@@ -45,11 +45,11 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.tracking import stage_run
     params: Params = load_params()
     task = params.task
-    train_path = split_path(args.data, task, "train")
+    train_path = split_path(args.data, "train")
     inputs = [train_path, args.transfer, args.tokenizer, args.teacher]
     with stage_run("teacher_logits", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
-        sequences, labels = encode_train(tok, load_split(args.data, task, "train"), task)
+        sequences, labels = encode_train(tok, load_split(args.data, "train"), task)
         transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
         if params.soft_targets.shares.teacher == 0:  # not a source: nothing is scored, the files hold no columns
             save_logits(args.out, np.zeros((len(labels), 0)), labels)

@@ -1,7 +1,7 @@
-"""tokenizer: train WordPiece on the pretraining corpus (IMDb unlabeled + SST-2 train text).
+"""tokenizer: train WordPiece on the pretraining corpus (the dataset's unlabelled texts and training texts).
 
 Writes ``tokenizer.json`` (loads in ``transformers.PreTrainedTokenizerFast``) and metrics:
-vocabulary size, mean tokens per word and the [UNK] rate on SST-2 dev (a check that the
+vocabulary size, mean tokens per word and the [UNK] rate on the test split (a check that the
 vocabulary covers the task's text).
 """
 
@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 from minibert.tokenizer import UNK, TokenizerConfig, save_tokenizer, train_wordpiece
 from pipeline.io import read_table
 from pipeline.params import Params, TokenizerParams, load_params
+from pipeline.splits import load_split
 from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 
@@ -31,7 +32,7 @@ def coverage(tok: Tokenizer, texts: list[str]) -> dict[str, float]:
     return {"tokens_per_word": tokens / max(words, 1), "unk_rate": unknown / max(tokens, 1)}
 
 
-def run(cfg: TokenizerParams, corpus: pd.DataFrame, dev_texts: list[str]) -> tuple[Tokenizer, dict[str, float]]:
+def run(cfg: TokenizerParams, corpus: pd.DataFrame, test_texts: list[str]) -> tuple[Tokenizer, dict[str, float]]:
     start = time.perf_counter()
     tok = train_wordpiece(
         iter(corpus["text"]),
@@ -39,7 +40,7 @@ def run(cfg: TokenizerParams, corpus: pd.DataFrame, dev_texts: list[str]) -> tup
         length=len(corpus),
     )
     metrics = {"vocab_size": tok.get_vocab_size(), "train_seconds": time.perf_counter() - start}
-    metrics.update({f"dev_{k}": v for k, v in coverage(tok, dev_texts).items()})
+    metrics.update({f"test_{k}": v for k, v in coverage(tok, test_texts).items()})
     return tok, metrics
 
 
@@ -51,12 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     params: Params = load_params()
 
-    corpus_path, dev_path = args.data / "corpus.parquet", args.data / "sst2_dev.parquet"
+    corpus_path = args.data / "corpus.parquet"
     with stage_run("tokenizer", params, [args.data]) as tracker:
         corpus = read_table(corpus_path, ["text"])
-        dev = read_table(dev_path, ["text", "label"])
+        test = load_split(args.data, "test")
         tracker.log_dataset(corpus, "corpus", corpus_path, context="tokenizer_training", targets=None)
-        tok, metrics = run(params.tokenizer, corpus, dev["text"].tolist())
+        tok, metrics = run(params.tokenizer, corpus, test["text"].tolist())
         save_tokenizer(tok, args.out)
         finish_stage(tracker, metrics, args.metrics, {args.out: "tokenizer"})
 

@@ -1,0 +1,147 @@
+"""Bringing a team's own labelled texts in: ``minibert data add`` and ``minibert data check``.
+
+``add`` takes the files as exported (CSV, TSV, JSON Lines or Parquet, gzipped or not), tells train /
+validation / test apart by their names, reads the label set from them, validates every row the way
+``prepare`` will read it (and carves the missing splits to prove every class can be stratified), then
+copies the files byte for byte to ``data/raw/<name>/`` (so its DVC digest equals that of any remote
+already holding the same files), ``dvc add``s the folder and writes ``datasets/<name>.yaml``. On any
+error nothing is written. ``check`` re-reads a description's files the same way. Duplicates and test
+texts also in train are not errors (``prepare`` drops and counts them); ``--strict`` makes them errors.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from minibert.validation import ConfigError
+from pipeline import datasets
+from pipeline.io import DataError, atomic_path
+from pipeline.params import NAME, PrepareParams
+
+ROLES = (("train", "train"), ("validation", "validation"), ("valid", "validation"), ("val", "validation"),
+         ("dev", "validation"), ("test", "test"))  # a file's name starts with one of these: its split
+STRICT = ("duplicates", "conflicting_labels", "in_test", "in_validation")  # what --strict refuses
+INTEGER = re.compile(r"-?\d+")
+
+
+def role(path: Path) -> str:
+    stem = path.name.split(".")[0].lower()
+    for prefix, split in ROLES:
+        if stem.startswith(prefix):
+            return split
+    raise DataError(f"{path}: cannot tell its split from its name; name it train*, validation* (or dev*) or test* "
+                    "(a missing validation or test split is carved from train)")
+
+
+def label_set(paths: list[Path], text: str, label: str, names: list[str] | None) -> dict[str, str] | list[str]:
+    """The description's ``labels``: string labels as themselves (sorted, or in ``names``' order); integer labels
+    as {value: name}, named by ``names`` in numeric order (or by their own value)."""
+    values: set[str] = set()
+    for path in paths:
+        df = datasets.read_columns(path, [text, label])
+        missing = df[label].isna() | (df[label].astype(str).str.strip() == "")
+        if missing.any():
+            raise DataError(f"{datasets.where(path, int(df['row'][missing].iloc[0]))}, column {label!r}: the label is empty; "
+                            "fill it in or delete the row")
+        values |= set(df[label].astype(str))
+    if all(INTEGER.fullmatch(v) for v in values):
+        ordered = sorted(values, key=int)
+        if names is not None and len(names) != len(ordered):
+            raise DataError(f"--labels names {len(names)} classes but the files hold {len(ordered)} label values "
+                            f"({', '.join(ordered)}); name each value, in numeric order")
+        return dict(zip(ordered, names or ordered, strict=True))
+    if names is not None:
+        if set(names) != values:
+            raise DataError(f"--labels {','.join(names)} differs from the labels in the files ({', '.join(sorted(values))}); "
+                            "list exactly those, in the order you want")
+        return list(names)
+    return sorted(values)
+
+
+@dataclass(frozen=True)
+class Checked:
+    spec: datasets.Description
+    summary: str  # what a user reads: rows per split and class, what prepare will drop
+
+
+def check(spec: datasets.Description, cfg: PrepareParams, raw: Path, strict: bool) -> Checked:
+    """Read and prepare ``spec``'s splits as ``prepare`` will; DataError on a bad row, a class too small to carve a
+    split from, and (``strict``) any duplicate, conflicting or leaking text."""
+    splits = datasets.prepare_splits(spec, cfg, raw)
+    if strict:
+        found = [f"{n} {kind.replace('_', ' ')} in the {split} files" for split, counts in splits.dropped.items()
+                 for kind, n in counts.items() if kind in STRICT and n]
+        if found:
+            raise DataError(f"{datasets.description_path(spec.name)}: {'; '.join(found)}; --strict refuses them: clean the "
+                            "files (or leave --strict out: prepare keeps one copy of a duplicate, none when the labels "
+                            "disagree, and drops a test text from train)")
+    names = spec.class_names
+    lines = [f"{spec.name}: {len(names)} classes ({', '.join(names)})"]
+    for split, table in (("train", splits.train), ("validation", splits.val), ("test", splits.test)):
+        counts = datasets.class_counts(table, names)
+        carved = " (carved from train)" if split in splits.carved else ""
+        lines.append(f"  {split:<10} {len(table):>7} rows{carved}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    dropped = {f"{split} {kind.replace('_', ' ')}": n for split, counts in splits.dropped.items() for kind, n in counts.items() if n}
+    lines.append("  dropped: " + (", ".join(f"{k} {v}" for k, v in dropped.items()) or "nothing"))
+    return Checked(spec, "\n".join(lines))
+
+
+def add(paths: list[Path], text: str, label: str, name: str | None, names: list[str] | None, group: str | None,
+        cfg: PrepareParams, strict: bool, raw: Path = datasets.RAW, descriptions: Path = datasets.DESCRIPTIONS,
+        dvc_env: dict[str, str] | None = None) -> Checked:
+    """Validate ``paths``, copy them to ``raw/<name>/``, ``dvc add`` it, write ``descriptions/<name>.yaml``."""
+    if not paths:
+        raise DataError("give the files to add: minibert data add FILE... --text COLUMN --label COLUMN")
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+        if datasets.file_format(path) is None:
+            raise DataError(f"{path}: no known format; name it *.csv, *.tsv, *.jsonl or *.parquet (each may end in .gz)")
+    name = name or paths[0].resolve().parent.name
+    if not NAME.fullmatch(name):
+        raise DataError(f"dataset name {name!r}: use letters, digits, '_' and '-' (give one with --name)")
+    if len({p.name for p in paths}) != len(paths):
+        raise DataError("two files share a name; rename one (they are copied into one folder)")
+    target, description = raw / name, datasets.description_path(name, descriptions)
+    for existing in (target, description, raw / f"{name}.dvc"):
+        if existing.exists():
+            raise DataError(f"{existing} exists: dataset {name!r} is already added; pick another --name, or put new files "
+                            f"in {target}/, list them in {description} and run `minibert data check {name}`")
+    files: dict[str, list[str]] = {"train": [], "validation": [], "test": []}
+    for path in paths:
+        files[role(path)].append(f"{name}/{path.name}")
+    if not files["train"]:
+        raise DataError("no training file among them: one file's name must start with 'train'")
+    labels = label_set([p for p in paths], text, label, names)
+    try:
+        spec = datasets.Description(files=datasets.Files(**{k: tuple(v) for k, v in files.items()}), text=text,
+                                    label=label, labels=labels, group=group, name=name)
+    except ConfigError as err:
+        raise DataError(f"{name}: {err}") from None
+    created = [folder for folder in (raw.parent, raw, descriptions) if not folder.exists()]
+    try:
+        with atomic_path(target) as staged:  # renamed to raw/<name> only when everything below passed
+            staged.mkdir()
+            for path in paths:
+                shutil.copyfile(path, staged / path.name)
+            checked = check(spec, cfg, staged.parent, strict)
+            with atomic_path(description) as tmp:
+                tmp.write_text(f"# Added by `minibert data add` from {', '.join(str(p) for p in paths)}\n" + datasets.dump(spec))
+    except BaseException:
+        for folder in reversed(created):  # the folders made on the way, if they stayed empty
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    try:
+        subprocess.run(["dvc", "add", "--quiet", str(target)], check=True, env=dvc_env, capture_output=True, text=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        shutil.rmtree(target, ignore_errors=True)
+        description.unlink(missing_ok=True)
+        detail = getattr(err, "stderr", "") or str(err)
+        raise DataError(f"dvc add {target} failed ({detail.strip().splitlines()[-1] if detail.strip() else err}); "
+                        "nothing was added") from err
+    return checked
