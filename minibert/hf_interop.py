@@ -149,12 +149,18 @@ def load_hf_state_dict(model: MaskedLM | SequenceClassifier, hf: Mapping[str, Te
     model.load_state_dict(state, strict=True)
 
 
-def hf_bert_config(cfg: ModelConfig, head_cfg: ClassifierConfig | None = None) -> Any:
-    """The ``transformers.BertConfig`` equivalent of ``cfg`` (and a classifier head's config)."""
+def hf_bert_config(cfg: ModelConfig, head_cfg: ClassifierConfig | None = None, labels: tuple[str, ...] | None = None) -> Any:
+    """The ``transformers.BertConfig`` equivalent of ``cfg`` (and a classifier head's config, its classes named by
+    ``labels``: ``id2label`` / ``label2id``, as a model file's contract lists them)."""
     BertConfig = _transformers().BertConfig
     if cfg.position != "learned" or cfg.norm_style != "post":
         raise ValueError("Hugging Face BERT needs position='learned' and norm_style='post'")
     extra = {} if head_cfg is None else {"num_labels": head_cfg.num_labels, "classifier_dropout": head_cfg.dropout}
+    if labels is not None:
+        if head_cfg is None or len(labels) != head_cfg.num_labels:
+            raise ValueError(f"labels {list(labels)} name {len(labels)} classes; the head has "
+                             f"{None if head_cfg is None else head_cfg.num_labels} outputs")
+        extra.update(id2label=dict(enumerate(labels)), label2id={name: i for i, name in enumerate(labels)})
     return BertConfig(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.hidden_size,
@@ -194,14 +200,15 @@ def model_config_from_hf(bert_config: Any) -> ModelConfig:
     )
 
 
-def to_transformers(model: MaskedLM | SequenceClassifier, cfg: ModelConfig) -> Any:
-    """A ``BertForMaskedLM`` / ``BertForSequenceClassification`` holding our weights."""
+def to_transformers(model: MaskedLM | SequenceClassifier, cfg: ModelConfig, labels: tuple[str, ...] | None = None) -> Any:
+    """A ``BertForMaskedLM`` / ``BertForSequenceClassification`` holding our weights; a classifier's classes named by
+    ``labels`` (its contract's) in ``config.id2label``."""
     tf = _transformers()
     if isinstance(model, MaskedLM):
         hf_model = tf.BertForMaskedLM(hf_bert_config(cfg))
     else:
         head = ClassifierConfig(num_labels=model.head.classifier.out_features, dropout=model.head.dropout.p)
-        hf_model = tf.BertForSequenceClassification(hf_bert_config(cfg, head))
+        hf_model = tf.BertForSequenceClassification(hf_bert_config(cfg, head, labels))
     missing, unexpected = hf_model.load_state_dict(to_hf_state_dict(model), strict=False)
     missing = [k for k in missing if k not in HF_IGNORED]
     if missing or unexpected:

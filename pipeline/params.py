@@ -333,7 +333,8 @@ class RegisterParams:
 
 @dataclass(frozen=True)
 class PromoteParams:
-    margin: float = 0.0  # the challenger may trail the champion's accuracy by this much and still win
+    metric: Literal["accuracy", "macro_f1"] = "accuracy"  # what the gate compares on the test split of record
+    margin: float = 0.0  # the challenger may trail the champion's metric by this much and still win
     max_p50_ms: float = 5.0  # single-text p50 latency budget of the challenger (1 thread)
 
     def __post_init__(self) -> None:

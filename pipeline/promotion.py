@@ -2,7 +2,8 @@
 ``champion`` alias only when the challenger is at least as good, record every decision.
 
 The decision is a pure function (``decide``) of the two scores and ``PromoteParams``: the
-challenger must reach the champion's accuracy minus ``margin`` and answer a single text within
+challenger must reach the champion's ``metric`` (accuracy, or macro-F1 where classes are
+imbalanced) minus ``margin`` and answer a single text within
 ``max_p50_ms`` (1 thread). Both models are scored as they are served: the registered pyfunc,
 loaded from the registry, on raw text. Every decision is written to the registry (tags on the
 challenger's version; ``previous_champion`` on a newly promoted one, which ``rollback``
@@ -39,6 +40,7 @@ class Scores:
     version: str
     accuracy: float
     p50_ms: float
+    macro_f1: float
 
 
 @dataclass(frozen=True)
@@ -48,20 +50,18 @@ class Decision:
 
 
 def decide(challenger: Scores, champion: Scores | None, cfg: PromoteParams) -> Decision:
-    """Promote iff the challenger is within the latency budget and at least as accurate as the
-    champion minus ``cfg.margin`` (no champion: promote)."""
+    """Promote iff the challenger is within the latency budget and scores at least the champion's ``cfg.metric``
+    minus ``cfg.margin`` (no champion: promote)."""
     if champion is not None and challenger.version == champion.version:
         return Decision(False, f"version {challenger.version} is already the champion")
     if challenger.p50_ms > cfg.max_p50_ms:
         return Decision(False, f"p50 latency {challenger.p50_ms:.2f} ms is over the budget of {cfg.max_p50_ms} ms")
     if champion is None:
         return Decision(True, "there is no champion yet")
-    floor = champion.accuracy - cfg.margin
-    if challenger.accuracy >= floor:
-        return Decision(True, f"accuracy {challenger.accuracy:.4f} >= champion v{champion.version}'s "
-                              f"{champion.accuracy:.4f} - margin {cfg.margin}")
-    return Decision(False, f"accuracy {challenger.accuracy:.4f} < champion v{champion.version}'s "
-                           f"{champion.accuracy:.4f} - margin {cfg.margin}")
+    ours, theirs, name = getattr(challenger, cfg.metric), getattr(champion, cfg.metric), cfg.metric
+    if ours >= theirs - cfg.margin:
+        return Decision(True, f"{name} {ours:.4f} >= champion v{champion.version}'s {theirs:.4f} - margin {cfg.margin}")
+    return Decision(False, f"{name} {ours:.4f} < champion v{champion.version}'s {theirs:.4f} - margin {cfg.margin}")
 
 
 Predict = Callable[[pd.DataFrame], pd.DataFrame]  # a pyfunc's predict: DataFrame(text) -> DataFrame(label, ...)
@@ -80,13 +80,13 @@ def score(version: str, predict: Predict, test: pd.DataFrame, classes: tuple[str
         raise DataError(f"version {version} answers {unknown[:3]}, not classes of the prepared data {list(classes)}: it was "
                         "trained on other data; score it on its own dataset's test split or register a model of this one")
     labels = np.array([index[str(label)] for label in out["label"]], dtype=np.int64)
-    accuracy = classification_metrics(test["label"].to_numpy(), np.eye(len(classes))[labels])["accuracy"]
+    quality = classification_metrics(test["label"].to_numpy(), np.eye(len(classes))[labels])
     seconds = []
     for text in test["text"].head(latency_rows):
         start = time.perf_counter()
         predict(pd.DataFrame({"text": [text]}))
         seconds.append(time.perf_counter() - start)
-    return Scores(version, accuracy, percentiles_ms(seconds)["p50_ms"])
+    return Scores(version, quality["accuracy"], percentiles_ms(seconds)["p50_ms"], quality["macro_f1"])
 
 
 @contextlib.contextmanager
@@ -119,15 +119,17 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
             champion_version, tracking.served_predict(f"models:/{model_name}/{champion_version}"), test, classes)
         decision = decide(challenger, champion, cfg)
         tags = {"promotion.decision": "promoted" if decision.promote else "refused", "promotion.reason": decision.reason,
-                "promotion.accuracy": f"{challenger.accuracy:.4f}", "promotion.champion_version": champion_version or ""}
+                "promotion.accuracy": f"{challenger.accuracy:.4f}",
+                "promotion.macro_f1": f"{challenger.macro_f1:.4f}", "promotion.metric": cfg.metric, "promotion.champion_version": champion_version or ""}
         if decision.promote:
             tags["previous_champion"] = champion_version or ""
             tracking.set_aliases(model_name, version, [CHAMPION])
         tracking.set_version_tags(model_name, version, tags)
-    metrics = {"challenger_accuracy": challenger.accuracy, "challenger_p50_ms": challenger.p50_ms,
-               "promoted": float(decision.promote)}
+    metrics = {"challenger_accuracy": challenger.accuracy, "challenger_macro_f1": challenger.macro_f1,
+               "challenger_p50_ms": challenger.p50_ms, "promoted": float(decision.promote)}
     if champion is not None:
-        metrics |= {"champion_accuracy": champion.accuracy, "champion_p50_ms": champion.p50_ms}
+        metrics |= {"champion_accuracy": champion.accuracy, "champion_macro_f1": champion.macro_f1,
+                    "champion_p50_ms": champion.p50_ms}
     tracking.record_run(experiment, "promote", {"model_name": model_name, "challenger_version": version,
                                                  "champion_version": champion_version or "none", "margin": cfg.margin,
                                                  "max_p50_ms": cfg.max_p50_ms}, metrics, {"promotion.reason": decision.reason})

@@ -85,6 +85,15 @@ def test_sequence_classifier_parity(direction: str) -> None:
     torch.testing.assert_close(got, expected, **TOL)
 
 
+def test_a_classifier_exports_its_class_names_as_id2label() -> None:
+    cfg = tiny_cfg()
+    names = ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM")
+    hf = to_transformers(build_classifier(cfg, ClassifierConfig(num_labels=6)).eval(), cfg, labels=names)
+    assert hf.config.id2label == dict(enumerate(names)) and hf.config.label2id["LOC"] == 4
+    with pytest.raises(ValueError, match=r"name 2 classes; the head has 6 outputs"):
+        to_transformers(build_classifier(cfg, ClassifierConfig(num_labels=6)).eval(), cfg, labels=("a", "b"))
+
+
 def test_round_trip_is_exact() -> None:
     cfg = tiny_cfg()
     model = build_mlm(cfg)

@@ -32,13 +32,16 @@ CLASSES = ("negative", "positive")  # what the toy models' contracts name
 
 
 @pytest.mark.parametrize("challenger, champion, cfg, promote, reason", [
-    (Scores("2", 0.80, 1.0), None, PromoteParams(), True, "no champion"),
-    (Scores("2", 0.80, 1.0), Scores("1", 0.80, 1.0), PromoteParams(), True, ">="),
-    (Scores("2", 0.79, 1.0), Scores("1", 0.80, 1.0), PromoteParams(), False, "<"),
-    (Scores("2", 0.79, 1.0), Scores("1", 0.80, 1.0), PromoteParams(margin=0.02), True, "margin 0.02"),
-    (Scores("2", 0.80, 1.0), Scores("1", 0.79, 1.0), PromoteParams(margin=-0.02), False, "margin -0.02"),
-    (Scores("2", 0.90, 9.0), Scores("1", 0.80, 1.0), PromoteParams(max_p50_ms=5.0), False, "over the budget"),
-    (Scores("1", 0.90, 1.0), Scores("1", 0.90, 1.0), PromoteParams(), False, "already the champion"),
+    (Scores("2", 0.80, 1.0, 0.80), None, PromoteParams(), True, "no champion"),
+    (Scores("2", 0.80, 1.0, 0.80), Scores("1", 0.80, 1.0, 0.80), PromoteParams(), True, ">="),
+    (Scores("2", 0.79, 1.0, 0.79), Scores("1", 0.80, 1.0, 0.80), PromoteParams(), False, "<"),
+    (Scores("2", 0.79, 1.0, 0.79), Scores("1", 0.80, 1.0, 0.80), PromoteParams(margin=0.02), True, "margin 0.02"),
+    (Scores("2", 0.80, 1.0, 0.80), Scores("1", 0.79, 1.0, 0.79), PromoteParams(margin=-0.02), False, "margin -0.02"),
+    (Scores("2", 0.90, 9.0, 0.90), Scores("1", 0.80, 1.0, 0.80), PromoteParams(max_p50_ms=5.0), False, "over the budget"),
+    (Scores("1", 0.90, 1.0, 0.90), Scores("1", 0.90, 1.0, 0.90), PromoteParams(), False, "already the champion"),
+    (Scores("2", 0.90, 1.0, 0.60), Scores("1", 0.88, 1.0, 0.70), PromoteParams(), True, "accuracy 0.9000 >="),
+    (Scores("2", 0.90, 1.0, 0.60), Scores("1", 0.88, 1.0, 0.70), PromoteParams(metric="macro_f1"), False,
+     "macro_f1 0.6000 < champion v1's 0.7000"),
 ])
 def test_decision_rule(challenger, champion, cfg, promote: bool, reason: str) -> None:
     decision = decide(challenger, champion, cfg)
