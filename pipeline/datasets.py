@@ -241,7 +241,8 @@ def read_labelled(spec: Description, split: str, raw: Path = RAW) -> pd.DataFram
     """A split's files as one table: ``text``, ``label`` (class index), ``group`` (when the description groups by a
     column). DataError at the first empty text or label outside ``labels``."""
     codes = spec.codes
-    columns = [spec.text, spec.label] + ([spec.group] if spec.group and spec.group != PHRASES else [])
+    by_column = spec.group is not None and spec.group != PHRASES
+    columns = [spec.text, spec.label] + ([spec.group] if by_column else [])
     tables = []
     for name in getattr(spec.files, split):
         path = raw / name
@@ -253,8 +254,9 @@ def read_labelled(spec: Description, split: str, raw: Path = RAW) -> pd.DataFram
             raise DataError(f"{where(path, row)}, column {spec.label!r}: label {value!r} is not one of {list(codes)}; "
                             f"fix the row or add the class to labels in {description_path(spec.name)}")
         df["label"] = df[spec.label].map(codes).astype("int64")
-        keep = ["text", "label"] + (["group"] if len(columns) == 3 else [])
-        tables.append(df.rename(columns={columns[2]: "group"} if len(columns) == 3 else {})[keep])
+        if by_column:
+            df["group"] = df[spec.group]
+        tables.append(df[["text", "label", *(["group"] if by_column else [])]])
     if not tables:
         return pd.DataFrame({"text": pd.Series(dtype=str), "label": pd.Series(dtype="int64")})
     return pd.concat(tables, ignore_index=True)

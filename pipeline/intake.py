@@ -22,8 +22,7 @@ from pipeline import datasets
 from pipeline.io import DataError, atomic_path
 from pipeline.params import NAME, PrepareParams
 
-ROLES = (("train", "train"), ("validation", "validation"), ("valid", "validation"), ("val", "validation"),
-         ("dev", "validation"), ("test", "test"))  # a file's name starts with one of these: its split
+ROLES = (("train", "train"), ("val", "validation"), ("dev", "validation"), ("test", "test"))  # a name's prefix: its split
 STRICT = ("duplicates", "conflicting_labels", "in_test", "in_validation")  # what --strict refuses
 INTEGER = re.compile(r"-?\d+")
 
@@ -116,7 +115,7 @@ def add(paths: list[Path], text: str, label: str, name: str | None, names: list[
         files[role(path)].append(f"{name}/{path.name}")
     if not files["train"]:
         raise DataError("no training file among them: one file's name must start with 'train'")
-    labels = label_set([p for p in paths], text, label, names)
+    labels = label_set(paths, text, label, names)
     try:
         spec = datasets.Description(files=datasets.Files(**{k: tuple(v) for k, v in files.items()}), text=text,
                                     label=label, labels=labels, group=group, name=name)
