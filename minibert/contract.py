@@ -9,6 +9,7 @@ so a model is used the way it was trained whatever the params say now.
     vocabulary_sha256  the tokenizer it was trained with (``minibert.tokenizer.vocabulary_digest``)
     windows            max_length (tokens a window, [CLS] and [SEP] included), stride, aggregate
     labels             the class names, in output order
+    temperature        what the logits are divided by before the softmax (``minibert.calibration``; 1 = as trained)
 
 Torch-free: serving reads it through ONNX Runtime alone.
 """
@@ -41,11 +42,13 @@ class Contract:
     vocabulary_sha256: str | None
     windows: Windows
     labels: tuple[str, ...]
+    temperature: float = 1.0
 
     def metadata(self) -> dict[str, str]:
         """The entries a file's metadata holds (strings: safetensors' and ONNX's metadata are string maps)."""
         return {"kind": self.kind, **({"vocabulary_sha256": self.vocabulary_sha256} if self.vocabulary_sha256 else {}),
-                "windows": json.dumps(vars(self.windows), sort_keys=True), "labels": json.dumps(list(self.labels))}
+                "windows": json.dumps(vars(self.windows), sort_keys=True), "labels": json.dumps(list(self.labels)),
+                **({"temperature": repr(self.temperature)} if self.temperature != 1.0 else {})}
 
     @classmethod
     def from_metadata(cls, meta: dict[str, Any], where: str) -> Contract:
@@ -56,9 +59,12 @@ class Contract:
         try:
             windows = Windows(**json.loads(meta["windows"]))
             labels = tuple(str(label) for label in json.loads(meta["labels"]))
+            temperature = float(meta.get("temperature", 1.0))
         except (TypeError, ValueError) as err:
-            raise ArtifactError(f"{where}: unreadable windows or labels in its metadata ({err})") from err
-        return cls(str(meta.get("kind", "")), meta.get("vocabulary_sha256"), windows, labels)
+            raise ArtifactError(f"{where}: unreadable windows, labels or temperature in its metadata ({err})") from err
+        if not temperature > 0:
+            raise ArtifactError(f"{where}: temperature {temperature} in its metadata is not above 0; rerun `dvc repro quantize`")
+        return cls(str(meta.get("kind", "")), meta.get("vocabulary_sha256"), windows, labels, temperature)
 
 
 def stamp_onnx(path: str | os.PathLike[str], contract: Contract) -> None:

@@ -149,15 +149,16 @@ class Distiller(nn.Module):
         return self.student(input_ids, attention_mask)
 
     def loss(self, ids: Tensor, mask: Tensor, labels: Tensor, teacher_logits: Tensor, temperature: float,
-             alpha: float) -> Tensor:
-        """KD on the cached teacher logits, plus the weighted intermediate terms that are on."""
+             alpha: float, weight: Tensor | None = None) -> Tensor:
+        """KD on the cached teacher logits (``weight``: the classes' in its label term), plus the weighted
+        intermediate terms that are on."""
         if not (self.hidden_weight or self.attention_weight):
-            return kd_loss(self.student(ids, mask), teacher_logits, labels, temperature, alpha)
+            return kd_loss(self.student(ids, mask), teacher_logits, labels, temperature, alpha, weight)
         need_weights = self.attention_weight > 0
         logits, s_hidden, s_weights = forward_with_internals(self.student, ids, mask, need_weights)
         with torch.no_grad():
             _, t_hidden, t_weights = forward_with_internals(self._teacher[0], ids, mask, need_weights)
-        loss = kd_loss(logits, teacher_logits, labels, temperature, alpha)
+        loss = kd_loss(logits, teacher_logits, labels, temperature, alpha, weight)
         real = mask.bool()
         for i, t in enumerate(self.layer_map):
             if self.hidden_weight:
@@ -180,5 +181,5 @@ class LogitDistiller(nn.Module):
         return self.student(input_ids, attention_mask)
 
     def loss(self, ids: Tensor, mask: Tensor, labels: Tensor, teacher_logits: Tensor, temperature: float,
-             alpha: float) -> Tensor:
-        return kd_loss(self.student(ids, mask), teacher_logits, labels, temperature, alpha)
+             alpha: float, weight: Tensor | None = None) -> Tensor:
+        return kd_loss(self.student(ids, mask), teacher_logits, labels, temperature, alpha, weight)

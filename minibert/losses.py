@@ -28,8 +28,10 @@ def mlm_loss(logits: Tensor, labels: Tensor) -> Tensor:
     return total / (labels != IGNORE_INDEX).sum().clamp_min(1)
 
 
-def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temperature: float, alpha: float) -> Tensor:
-    """Hinton distillation loss; logits (B, L), labels (B,). alpha weighs the soft term."""
+def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temperature: float, alpha: float,
+            weight: Tensor | None = None) -> Tensor:
+    """Hinton distillation loss; logits (B, L), labels (B,). alpha weighs the soft term; ``weight`` (L,), the
+    classes in the hard-label term (balanced class weights)."""
     if temperature <= 0 or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"need temperature > 0 and alpha in [0, 1], got {temperature}, {alpha}")
     soft = F.kl_div(
@@ -38,7 +40,7 @@ def kd_loss(student_logits: Tensor, teacher_logits: Tensor, labels: Tensor, temp
         reduction="batchmean",
         log_target=True,
     )
-    hard = F.cross_entropy(student_logits.float(), labels)
+    hard = F.cross_entropy(student_logits.float(), labels, weight=weight)
     return alpha * temperature**2 * soft + (1.0 - alpha) * hard
 
 

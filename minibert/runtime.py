@@ -92,6 +92,14 @@ def with_model_windows(cfg: RuntimeConfig, session: onnxruntime.InferenceSession
                    aggregate=cfg.aggregate or windows.aggregate)
 
 
+def model_temperature(session: onnxruntime.InferenceSession) -> float:
+    """The temperature the graph's contract records (``minibert.calibration``); 1.0 for a graph without one."""
+    try:
+        return onnx_contract(session.get_modelmeta().custom_metadata_map, "the ONNX model").temperature
+    except ArtifactError:
+        return 1.0
+
+
 class TextClassifier:
     """A tokenizer and an ONNX classifier session behind ``predict(texts)``."""
 
@@ -107,6 +115,7 @@ class TextClassifier:
             raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
         self.num_labels = int(session.get_outputs()[0].shape[-1])
         self.cfg = with_model_windows(cfg, session)
+        self.temperature = model_temperature(session)
 
     @classmethod
     def from_files(
@@ -134,6 +143,7 @@ class TextClassifier:
         return aggregate_windows(self.window_logits(windows), counts, self.cfg.aggregate)
 
     def predict(self, texts: Sequence[str]) -> Predictions:
-        """Labels and probabilities for each text; an empty list gives empty arrays."""
-        probabilities = softmax(self.logits(texts)).astype(np.float32)
+        """Labels and probabilities (calibrated: the logits divided by the temperature the model's file records) for
+        each text; an empty list gives empty arrays."""
+        probabilities = softmax(self.logits(texts) / self.temperature).astype(np.float32)
         return Predictions(labels=probabilities.argmax(axis=1).astype(np.int64), probabilities=probabilities)

@@ -13,6 +13,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -56,6 +57,17 @@ class ClassifierLoop:
     pgd_alpha: float = 0.03
     pgd_steps: int = 3
     patience: int = 0
+    class_weights: Literal["none", "balanced"] = "none"  # train.class_weights
+
+
+def class_weight(mode: str, labels: np.ndarray, num_labels: int) -> Tensor | None:
+    """``balanced``: each class's weight n / (K * n_class) over ``labels`` (scikit-learn's rule; a class with no
+    row weighs 1), so that every class weighs the same in the loss; ``none``: None (every row weighs 1)."""
+    if mode == "none":
+        return None
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_labels).astype(np.float64)
+    weights = np.where(counts > 0, len(labels) / (num_labels * np.maximum(counts, 1)), 1.0)
+    return torch.tensor(weights, dtype=torch.float32)
 
 
 def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: int, seed: int,
@@ -71,9 +83,24 @@ def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: 
     return EpochStream([len(s) for s in sequences], batch_size, seed, make, shard=(world.rank, world.size))
 
 
-def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
+def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...], weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     ids, mask, labels = batch
-    return F.cross_entropy(model(ids, mask), labels), mask.sum()  # a tensor: no host sync on a GPU
+    logits = model(ids, mask)
+    return F.cross_entropy(logits, labels, weight=on_device(weight, logits)), mask.sum()  # a tensor: no host sync on a GPU
+
+
+def on_device(weight: Tensor | None, logits: Tensor) -> Tensor | None:
+    """``weight`` beside ``logits``, padded with 1s to its classes (a class after the last one trained on)."""
+    if weight is None:
+        return None
+    missing = logits.shape[-1] - weight.numel()
+    return (F.pad(weight, (0, missing), value=1.0) if missing > 0 else weight).to(logits.device)
+
+
+def eval_interval(cfg: ClassifierLoop, rows: int) -> int:
+    """Steps between validation passes: ``cfg.eval_every``, or half an epoch where that is shorter, so that a small
+    dataset's loop (a few hundred steps) is scored often enough to keep its best checkpoint."""
+    return max(1, min(cfg.eval_every, steps_for(rows, cfg.batch_size * cfg.accumulate, 1.0) // 2))
 
 
 def steps_for(rows: int, batch_size: int, epochs: float) -> int:
@@ -86,7 +113,7 @@ def train_classifier(
     step: Callable[[SequenceClassifier, tuple[Tensor, ...]], tuple[Tensor, int]] | None = None,
     world: World | None = None, phase: str | None = None, lr_scale: Callable[[str], float] | None = None,
 ) -> tuple[SequenceClassifier, dict]:
-    """Train, scoring ``val`` every ``eval_every`` steps; returns the best model and metrics.
+    """Train, scoring ``val`` every ``eval_interval`` steps; returns the best model and metrics.
 
     ``train``: encoded sequences and labels (or, for distillation, label + teacher-logit rows).
     ``phase`` (``pipeline.deadline.PHASES``) names the loop in the pipeline's deadline plan, which
@@ -95,6 +122,7 @@ def train_classifier(
     for a batch (default: cross-entropy on the labels). Under torchrun (``world``) each rank
     trains on its share of every batch of ``cfg.batch_size``; every rank returns the same model.
     ``lr_scale`` (parameter name -> learning-rate factor) applies when ``cfg.llrd`` is off.
+    ``cfg.class_weights`` weighs the default step's cross-entropy (a caller's ``step`` weighs its own).
     """
     world = world or World()
     world.check_batch(cfg.batch_size, f"{cfg.section}.batch_size")
@@ -125,11 +153,14 @@ def train_classifier(
         adversary=ADVERSARIES[cfg.adversarial](cfg.adv_epsilon, cfg.pgd_alpha, cfg.pgd_steps),
         should_stop=patience_spent,
     )
-    loop = LoopConfig(max_steps=max_steps, time_budget_s=budget, log_every=cfg.log_every, eval_every=cfg.eval_every,
+    loop = LoopConfig(max_steps=max_steps, time_budget_s=budget, log_every=cfg.log_every,
+                      eval_every=eval_interval(cfg, len(train[0])),
                       accumulate=cfg.accumulate, precision=cfg.precision)
     with progress_bar(max_steps, name) as bar:
         hooks.progress = bar
-        result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step or classify_step,
+        if step is None:
+            step = partial(classify_step, weight=class_weight(cfg.class_weights, train[1], int(np.max(train[1])) + 1))
+        result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step,
                      cfg.optim, loop, tracker, hooks, world=world)
     if world.main:
         record_trained(phase, result.seconds - result.seconds_before_resume)

@@ -82,6 +82,7 @@ def use_profile(name: str, profile_file: Path = Path("profile.yaml")) -> None:
 
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pipeline import data_change
     from pipeline.deadline import verdict
     from pipeline.orchestration import fetch_data, run_pipeline
     from pipeline.params import load_params
@@ -98,6 +99,7 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
         print(line)
     for stage, seconds in result.stage_seconds.items():
         print(f"  {stage:<14} {seconds:8.1f} s")
+    print(data_change.summary(result.data_change))
     evaluation = Path("metrics/evaluate.json")
     if evaluation.is_file():
         print(f"\n{params.data.dataset} accuracy on the test split of record:")
@@ -110,6 +112,8 @@ def cmd_retrain(args: argparse.Namespace) -> int:
     from pipeline.flows import retrain_flow
 
     outcome = retrain_flow(force=args.force)
+    print(f"stages run: {', '.join(outcome['stage_seconds']) or 'none'}")
+    print(outcome["data"])
     print(f"{'promoted' if outcome['promoted'] else 'refused'}: {outcome['reason']}")
     return 0
 
@@ -142,6 +146,16 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def confidence(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a probability; give a number from 0 to 1, e.g. 0.6")
+    return number
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -160,7 +174,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if not texts:
         raise DataError("nothing to predict: give texts as arguments or --file with one text a line")
     configure(params.tracking.experiment, project_root())
-    out = served_predict(f"models:/{params.register.model_name}@{args.alias}")(pd.DataFrame({"text": texts}))
+    predict = served_predict(f"models:/{params.register.model_name}@{args.alias}")
+    out = predict(pd.DataFrame({"text": texts}), params={"min_confidence": args.min_confidence})
     classes = [c for c in out.columns if c.startswith("p_")]
     for i, text in enumerate(texts):  # label, its probability, every class's, the text: tab-separated
         every = " ".join(f"{c[2:]}={out[c].iloc[i]:.4f}" for c in classes)
@@ -208,6 +223,18 @@ def cmd_data_add(args: argparse.Namespace) -> int:
     print(checked.summary)
     print(f"added: data/raw/{name}/ (DVC-tracked: data/raw/{name}.dvc) and datasets/{name}.yaml; commit both, `dvc push` "
           f"the data, and train on it with data.dataset: {name} (in a profile: profiles/<name>.yaml)")
+    return 0
+
+
+def cmd_data_append(args: argparse.Namespace) -> int:
+    from pipeline.intake import append
+    from pipeline.orchestration import tool_env
+
+    checked = append(args.name, args.files, prepare_params(), args.strict, dvc_env=tool_env())
+    folder = f"data/raw/{checked.spec.files.train[0].split('/')[0]}"
+    print(checked.summary)
+    print(f"appended to {folder}/ (DVC-tracked: {folder}.dvc) and listed in datasets/{args.name}.yaml; commit both, "
+          "`dvc push` the data, and `minibert retrain` reruns what the new data changes and runs the promotion gate")
     return 0
 
 
@@ -289,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("texts", nargs="*", help="texts to label")
     predict.add_argument("--file", type=Path, help="a UTF-8 file with one text a line")
     predict.add_argument("--alias", default="champion", help="registry alias to load (champion, challenger)")
+    predict.add_argument("--min-confidence", type=confidence, default=0.0, metavar="P",
+                         help="answer 'abstain' where the top class's (calibrated) probability is below P (0 to 1; "
+                              "default 0: always a class)")
     predict.set_defaults(func=cmd_predict)
     attention = sub.add_parser(
         "attention", help="draw a trained model's attention on a sentence: every head as a grid, or one head",
@@ -304,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--max-length", type=int, default=64, help="tokens drawn at most, [CLS] and [SEP] included")
     attention.add_argument("--out", type=Path, help="PNG to write (default: attention.png, or attention_L<l>H<h>.png)")
     attention.set_defaults(func=cmd_attention)
-    data = sub.add_parser("data", help="bring your own labelled texts in (add), or re-validate them (check)")
+    data = sub.add_parser("data", help="bring your own labelled texts in (add), later drops of them (append), re-validate (check)")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     add = data_sub.add_parser(
         "add", help="validate files, copy them to data/raw/NAME/, dvc add them, write datasets/NAME.yaml",
@@ -320,6 +350,15 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--group", help="a column whose equal values stay on one side of a carved split")
     add.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
     add.set_defaults(func=cmd_data_add)
+    append = data_sub.add_parser(
+        "append", help="a drop of new labelled rows: validate it, copy it beside the dataset's files, dvc add, list it",
+        description="Append new labelled rows to an added dataset: files named train* (or validation*, where the "
+                    "dataset has validation files) with the description's columns and classes. The test split of "
+                    "record stays fixed. Every row is checked first; on any error nothing is written.")
+    append.add_argument("name", help="the dataset (datasets/NAME.yaml)")
+    append.add_argument("files", nargs="+", type=Path, help="the new files, e.g. train-2026-12.csv")
+    append.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    append.set_defaults(func=cmd_data_append)
     check = data_sub.add_parser("check", help="re-validate a dataset's files as prepare reads them")
     check.add_argument("name", nargs="?", help="the dataset (default: the active data.dataset)")
     check.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from minibert.model import SequenceClassifier, build_classifier, parameter_count
 from minibert.soup import soup_of
 from minibert.textcnn import TextCNN, TextCNNConfig, bag_lr_scale, load_textcnn
 from minibert.trainer import Tracker
-from pipeline.classifier_loop import ClassifierLoop, PrefixedTracker, train_classifier
+from pipeline.classifier_loop import ClassifierLoop, PrefixedTracker, class_weight, train_classifier
 from pipeline.deadline import budget_s, record_trained
 from pipeline.metrics import classification_metrics
 from pipeline.params import DistillParams, TrainParams
@@ -44,7 +45,8 @@ def distill_transformer(
     # Reuse the fine-tuning loop with a KD step: labels travel with the teacher's logits.
     distiller, metrics = train_classifier(
         distiller, loop_config(cfg, shared, len(train[0])), (train[0], kd_targets(train[1], teacher_logits)), val, tracker, name="distill",
-        step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase="distill",
+        step=partial(kd_step, temperature=cfg.temperature, alpha=cfg.alpha, weight=label_weight(shared, train[1], teacher_logits)),
+        phase="distill",
     )
     student = distiller.student.eval()
     (_, teacher_non_embedding), (student_total, student_non_embedding) = parameter_counts(teacher), parameter_counts(student)
@@ -67,7 +69,8 @@ def run_word_cnn(cfg: DistillParams, shared: TrainParams, student: TextCNN, trai
     torch.manual_seed(shared.seed)
     distiller, metrics = train_classifier(
         LogitDistiller(student.train()), loop_config(cfg, shared, len(train[0])), (train[0], kd_targets(train[1], targets)), val,
-        tracker, name="distill", step=lambda m, b: kd_step(m, b, cfg.temperature, cfg.alpha), phase=phase,
+        tracker, name="distill", phase=phase,
+        step=partial(kd_step, temperature=cfg.temperature, alpha=cfg.alpha, weight=label_weight(shared, train[1], targets)),
         lr_scale=bag_lr_scale(bag_lr),
     )
     student = distiller.student.eval()
@@ -131,6 +134,13 @@ def with_transfer(train: tuple[list[list[int]], np.ndarray], targets: np.ndarray
     return (train[0] + transfer, labels), np.concatenate([targets, transfer_targets]).astype(np.float32)
 
 
-def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float) -> tuple[Tensor, Tensor]:
+def label_weight(shared: TrainParams, labels: np.ndarray, targets: np.ndarray) -> Tensor | None:
+    """``train.class_weights`` over the rows' hard labels (the transfer set's are its soft targets' argmax)."""
+    return class_weight(shared.class_weights, labels, targets.shape[1])
+
+
+def kd_step(model: Distiller, batch: tuple[Tensor, ...], temperature: float, alpha: float,
+            weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     ids, mask, targets = batch  # targets: (B, 1 + L) = label, then teacher logits
-    return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha), mask.sum()
+    return model.loss(ids, mask, targets[:, 0].long(), targets[:, 1:], temperature, alpha,
+                      None if weight is None else weight.to(targets.device)), mask.sum()

@@ -21,7 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from minibert.validation import ConfigError
-from pipeline import datasets
+from pipeline import data_change, datasets
 from pipeline.deadline import pipeline_deadline, verdict
 from pipeline.io import StageError
 from pipeline.orchestration import PipelineResult, fetch_data, run_pipeline
@@ -42,19 +42,29 @@ def repro_task(force: bool, started: float) -> PipelineResult:
 
 
 @task(name="promote")
-def promote_task() -> dict[str, object]:
+def promote_task(context: dict[str, str]) -> dict[str, object]:
     from pipeline.promotion import promote_with_params
     from pipeline.tracking import project_root
 
-    decision = promote_with_params(load_params(), Path("data/prepared"), None, project_root())
+    decision = promote_with_params(load_params(), Path("data/prepared"), None, project_root(), context)
     return {"promoted": decision.promote, "reason": decision.reason}
+
+
+def data_context(result: PipelineResult) -> dict[str, str]:
+    """What the run changed in the data, as tags for the challenger's version and the promote run."""
+    tags = {"data.digest": result.data_digest, "data.summary": data_change.summary(result.data_change)}
+    if result.data_change:
+        tags |= {f"data.{k}": f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in result.data_change.items()
+                 if isinstance(v, (int, float))}
+    return tags
 
 
 @flow(name=FLOW_NAME)
 def retrain_flow(force: bool = False) -> dict[str, object]:
-    """Fetch data, run the DVC pipeline, then the promotion gate on the new challenger.
+    """Fetch data, run the DVC pipeline (DVC reruns what a new data digest or params change), then the promotion
+    gate on the new challenger, with what changed in the training data logged beside the decision.
 
-    Returns the seconds each (re)run stage took and the gate's decision."""
+    Returns the seconds each (re)run stage took, the data change and the gate's decision."""
     started = time.time()  # the deadline (params.deadline) counts the data fetch too
     params = load_params()
     transfer = datasets.load(params.data.dataset).intermediate is not None
@@ -64,10 +74,13 @@ def retrain_flow(force: bool = False) -> dict[str, object]:
     logger = get_run_logger()
     if (line := verdict(params, time.time() - started)) is not None:
         logger.info(line)
-    decision = promote_task()
+    context = data_context(result)
+    decision = promote_task(context)
     logger.info("MLflow parent run %s; stages run: %s", result.run_id, ", ".join(result.stage_seconds) or "none")
+    logger.info("%s (data digest %s)", context["data.summary"], result.data_digest or "unknown")
     logger.info("promotion: %s (%s)", "promoted" if decision["promoted"] else "refused", decision["reason"])
-    return {"stage_seconds": result.stage_seconds, **decision}
+    return {"stage_seconds": result.stage_seconds, "data": context["data.summary"], "data_change": result.data_change,
+            **decision}
 
 
 def server_url(wait_s: float = 60.0) -> str:

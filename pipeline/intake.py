@@ -1,11 +1,12 @@
-"""Bringing a team's own labelled texts in: ``minibert data add`` and ``minibert data check``.
+"""Bringing a team's own labelled texts in: ``minibert data add``, ``data append`` and ``data check``.
 
 ``add`` takes the files as exported (CSV, TSV, JSON Lines or Parquet, gzipped or not), tells train /
 validation / test apart by their names, reads the label set from them, validates every row the way
 ``prepare`` will read it (and carves the missing splits to prove every class can be stratified), then
 copies the files byte for byte to ``data/raw/<name>/`` (so its DVC digest equals that of any remote
 already holding the same files), ``dvc add``s the folder and writes ``datasets/<name>.yaml``. On any
-error nothing is written. ``check`` re-reads a description's files the same way. Duplicates and test
+error nothing is written. ``append`` brings a later drop of labelled rows (a new train* file) in beside
+them the same way and lists it in the description, so the next run sees a new data digest. ``check`` re-reads a description's files the same way. Duplicates and test
 texts also in train are not errors (``prepare`` drops and counts them); ``--strict`` makes them errors.
 """
 
@@ -136,11 +137,101 @@ def add(paths: list[Path], text: str, label: str, name: str | None, names: list[
                 folder.rmdir()
         raise
     try:
-        subprocess.run(["dvc", "add", "--quiet", str(target)], check=True, env=dvc_env, capture_output=True, text=True)
-    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        dvc_add(target, dvc_env, "nothing was added")
+    except DataError:
         shutil.rmtree(target, ignore_errors=True)
         description.unlink(missing_ok=True)
-        detail = getattr(err, "stderr", "") or str(err)
-        raise DataError(f"dvc add {target} failed ({detail.strip().splitlines()[-1] if detail.strip() else err}); "
-                        "nothing was added") from err
+        raise
     return checked
+
+
+def dvc_add(target: Path, env: dict[str, str] | None, outcome: str) -> None:
+    """``dvc add target``; DataError with dvc's last line of complaint and ``outcome``."""
+    try:
+        subprocess.run(["dvc", "add", "--quiet", str(target)], check=True, env=env, capture_output=True, text=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as err:
+        detail = (getattr(err, "stderr", "") or str(err)).strip()
+        raise DataError(f"dvc add {target} failed ({detail.splitlines()[-1] if detail else err}); {outcome}") from err
+
+
+def append(name: str, paths: list[Path], cfg: PrepareParams, strict: bool, raw: Path = datasets.RAW,
+           descriptions: Path = datasets.DESCRIPTIONS, dvc_env: dict[str, str] | None = None) -> Checked:
+    """A drop of new labelled rows: validate ``paths`` against dataset ``name``'s description (its columns and
+    classes), copy them beside its files, list them in ``descriptions/<name>.yaml`` (comments kept) and ``dvc add``
+    the folder, so that the next ``dvc repro`` sees a new data digest. The test split of record never grows: a
+    test file is refused. On any error the copies and the description are undone."""
+    spec = datasets.load(name, descriptions)
+    if not paths:
+        raise DataError(f"give the files to append: minibert data append {name} FILE...")
+    folder = Path(spec.files.train[0]).parts[0]
+    target = raw / folder
+    if not target.is_dir():
+        raise DataError(f"{target} not found; pull the data first (dvc pull {target}.dvc), then append")
+    listed = {*spec.files.train, *spec.files.validation, *spec.files.test}
+    if len({p.name for p in paths}) != len(paths):
+        raise DataError("two files share a name; rename one (they are copied into one folder)")
+    added: dict[str, list[str]] = {"train": [], "validation": []}
+    for path in paths:
+        if not path.is_file():
+            raise DataError(f"{path}: no such file")
+        if datasets.file_format(path) is None:
+            raise DataError(f"{path}: no known format; name it *.csv, *.tsv, *.jsonl or *.parquet (each may end in .gz)")
+        split, rel = role(path), f"{folder}/{path.name}"
+        if split == "test":
+            raise DataError(f"{path}: a test file; the test split of record stays fixed, so that a challenger is scored "
+                            f"on the rows its champion was: name the file train* (or add a new dataset with data add)")
+        if split == "validation" and not spec.files.validation:
+            raise DataError(f"{path}: {name}'s validation split is carved from train; name the file train* and its "
+                            "rows are carved by the same hash")
+        if (target / path.name).exists() or rel in listed:
+            raise DataError(f"{target / path.name} exists: a drop needs a new file name (e.g. train-2026-12.csv); to "
+                            f"replace that file, copy it over and run `dvc add {target}` and `minibert data check {name}`")
+        added[split].append(rel)
+    extended = datasets.Description(**{**spec.__dict__, "files": datasets.Files(
+        train=(*spec.files.train, *added["train"]), validation=(*spec.files.validation, *added["validation"]),
+        test=spec.files.test)})
+    rows = {c: 0 for c in spec.class_names}
+    for path in paths:  # each drop read where it lies, so that a message names the user's file
+        one = datasets.Description(**{**spec.__dict__, "files": datasets.Files(train=(path.name,))})
+        for c, n in datasets.class_counts(datasets.read_labelled(one, "train", path.parent), spec.class_names).items():
+            rows[c] += n
+    description = datasets.description_path(name, descriptions)
+    original = description.read_text()
+    copied: list[Path] = []
+    try:
+        for path in paths:
+            copied.append(target / path.name)
+            shutil.copyfile(path, target / path.name)
+        checked = check(extended, cfg, raw, strict)
+        with atomic_path(description) as tmp:
+            tmp.write_text(with_files(original, added))
+        datasets.load(name, descriptions)  # what was written reads back
+        dvc_add(target, dvc_env, "nothing was appended")
+    except BaseException:
+        for path in copied:
+            path.unlink(missing_ok=True)
+        if description.read_text() != original:
+            description.write_text(original)
+        raise
+    line = f"  appended {sum(rows.values())} rows: " + ", ".join(f"{k} {v}" for k, v in rows.items())
+    return Checked(extended, f"{checked.summary}\n{line}")
+
+
+def with_files(text: str, added: dict[str, list[str]]) -> str:
+    """A description's YAML with ``added`` paths appended to its ``files`` lists, its comments and layout kept."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.preserve_quotes = True
+    doc = yaml.load(text)
+    for split, paths in added.items():
+        if paths:
+            if doc["files"].get(split):
+                doc["files"][split].extend(paths)
+            else:
+                doc["files"][split] = list(paths)
+    out = io.StringIO()
+    yaml.dump(doc, out)
+    return out.getvalue()

@@ -64,6 +64,9 @@ def confusion_matrix(labels: np.ndarray, predictions: np.ndarray, classes: int =
     return matrix
 
 
+CALIBRATION_BINS = 10  # equal-width confidence bins over [1/K, 1] (reliability diagram, ECE)
+
+
 def reliability(labels: np.ndarray, probabilities: np.ndarray, bins: int = 10) -> tuple[list[dict[str, float]], float]:
     """Reliability table of a K-class classifier's top label and its expected calibration error (ECE).
 

@@ -34,7 +34,9 @@ def card_blocks(
              f"deployed chain: the student distilled from the fine-tuned minibert teacher and its sources, exported to "
              f"ONNX with int8 weights, with its WordPiece tokenizer, as an MLflow pyfunc: raw text in, the label name and "
              f"every class's probability out. Texts longer than {windows.max_length} tokens are read through sliding "
-             f"windows (stride {windows.stride}, window logits aggregated by {windows.aggregate}), as the model file records."),
+             f"windows (stride {windows.stride}, window logits aggregated by {windows.aggregate}), as the model file records. "
+             f"Its probabilities are calibrated on the validation split (logits divided by {contract.temperature:.3f}); "
+             "the inference param min_confidence makes it answer 'abstain' below a probability."),
         Heading("Classes"),
         Table(("index", "class", "test rows"),
               tuple((str(i), label, str(test_counts.get(label, "n/a"))) for i, label in enumerate(contract.labels))),
@@ -63,5 +65,6 @@ def card_blocks(
         Heading("Model file"),
         Table(("", ""), (("kind", contract.kind), ("labels", ", ".join(contract.labels)),
                          ("windows", f"{windows.max_length} tokens, stride {windows.stride}, {windows.aggregate}"),
-                         ("vocabulary sha256", contract.vocabulary_sha256 or "n/a"))),
+                         ("vocabulary sha256", contract.vocabulary_sha256 or "n/a"),
+                         ("temperature", f"{contract.temperature:.4f}"))),
     ]

@@ -10,13 +10,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import datasets
+from pipeline import data_change, datasets
 from pipeline.deadline import pipeline_deadline
 from pipeline.io import StageError
 from pipeline.params import DataParams, Params
-from pipeline.tracking import pipeline_run, stage_durations
+from pipeline.tracking import log_to_run, pipeline_run, stage_durations
 
 RAW = Path("data/raw")
+PREPARED = Path("data/prepared")
 
 
 def tool_env() -> dict[str, str]:
@@ -45,16 +46,36 @@ def fetch_data(data: DataParams) -> None:
 class PipelineResult:
     run_id: str
     stage_seconds: dict[str, float]  # stages that ran (DVC skips the up-to-date ones)
+    data_change: dict | None = None  # pipeline.data_change.compare of the prepared data before and after; None: no earlier data
+    data_digest: str = ""  # data/raw's DVC digest the prepare stage read (dvc.lock)
+
+
+def raw_digest(lock: Path = Path("dvc.lock")) -> str:
+    """The md5 dvc.lock records for prepare's dependency data/raw: the data the last run prepared."""
+    import yaml
+
+    try:
+        deps = (yaml.safe_load(lock.read_text()) or {})["stages"]["prepare"]["deps"]
+    except (OSError, KeyError, TypeError):
+        return ""
+    return next((f"md5:{d['md5']}" for d in deps if d.get("path") == str(RAW)), "")
 
 
 def run_pipeline(params: Params, force: bool = False, entry: str = "cli", started: float | None = None) -> PipelineResult:
     """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails. The run's
     deadline (``params.deadline``) counts from ``started`` (Unix time; default now), so a caller
-    that fetched the data first passes the time it began."""
+    that fetched the data first passes the time it began. What the run changed in the training data
+    (``pipeline.data_change``) is logged to the parent run: ``data_*`` metrics and ``data_change.json``."""
     transfer = datasets.load(params.data.dataset).intermediate is not None  # the teacher's transfer phase runs
+    before, digest_before = data_change.snapshot(PREPARED), raw_digest()
     with pipeline_deadline(params, time.time() if started is None else started, transfer), \
             pipeline_run(params, entry=entry) as run_id:
         code = subprocess.run(["dvc", "repro", *(["--force"] if force else [])], env=tool_env()).returncode
         if code != 0:
             raise StageError(f"dvc repro failed (exit {code}); MLflow parent run {run_id} is marked FAILED")
-    return PipelineResult(run_id, stage_durations(run_id))
+    after, digest = data_change.snapshot(PREPARED), raw_digest()
+    change = None if before is None or after is None else data_change.compare(before, after)
+    record = {"raw_digest_before": digest_before, "raw_digest": digest, "change": change}
+    tags = {"minibert.data_digest": digest, "minibert.data_changed": str(digest != digest_before).lower()}
+    log_to_run(run_id, data_change.metrics(change) if change else {}, record, "data_change.json", tags)
+    return PipelineResult(run_id, stage_durations(run_id), change, digest)

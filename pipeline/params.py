@@ -115,11 +115,12 @@ class TrainParams:
     processes: int = 1  # > 1: DistributedDataParallel under torchrun (pipeline.launch); batch sizes must divide by it
     precision: Literal["fp32", "bf16", "auto"] = "auto"  # bf16 autocast; auto: bf16 where native (minibert.precision)
     log_every: int = 25  # steps between logged training metrics
-    eval_every: int = 500  # steps between validation passes of finetune and cnn; the best checkpoint is kept
+    eval_every: int = 500  # steps between validation passes of finetune and cnn (at most half an epoch); the best is kept
     weight_decay: float = 0.01
     schedule: str = "linear"  # decay after warmup: key of minibert.trainer.SCHEDULES
     schedule_clock: str = "steps"  # steps | budget (OptimConfig.schedule_clock)
     grad_clip: float = 1.0  # max global grad norm; 0 = off
+    class_weights: Literal["none", "balanced"] = "none"  # balanced: each class's loss weighted n / (K n_class)
 
     def __post_init__(self) -> None:
         check_ranges("train", self, {"processes": ">= 1", "log_every": ">= 1", "eval_every": ">= 1",

@@ -103,9 +103,10 @@ def registry_lock(root: Path) -> Iterator[None]:
 
 
 def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame, classes: tuple[str, ...],
-            cfg: PromoteParams, experiment: str, root: Path) -> Decision:
+            cfg: PromoteParams, experiment: str, root: Path, context: dict[str, str] | None = None) -> Decision:
     """Score the challenger (default: the ``challenger`` alias) against the champion and move
-    ``champion`` if ``decide`` says so; the decision is tagged and logged either way."""
+    ``champion`` if ``decide`` says so; the decision is tagged and logged either way, with ``context``
+    (the retrain flow's data change) beside it."""
     from pipeline import tracking
 
     tracking.configure(experiment, root)
@@ -120,7 +121,8 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
         decision = decide(challenger, champion, cfg)
         tags = {"promotion.decision": "promoted" if decision.promote else "refused", "promotion.reason": decision.reason,
                 "promotion.accuracy": f"{challenger.accuracy:.4f}",
-                "promotion.macro_f1": f"{challenger.macro_f1:.4f}", "promotion.metric": cfg.metric, "promotion.champion_version": champion_version or ""}
+                "promotion.macro_f1": f"{challenger.macro_f1:.4f}", "promotion.metric": cfg.metric,
+                "promotion.champion_version": champion_version or "", **(context or {})}
         if decision.promote:
             tags["previous_champion"] = champion_version or ""
             tracking.set_aliases(model_name, version, [CHAMPION])
@@ -132,16 +134,18 @@ def promote(model_name: str, challenger_version: str | None, test: pd.DataFrame,
                     "champion_p50_ms": champion.p50_ms}
     tracking.record_run(experiment, "promote", {"model_name": model_name, "challenger_version": version,
                                                  "champion_version": champion_version or "none", "margin": cfg.margin,
-                                                 "max_p50_ms": cfg.max_p50_ms}, metrics, {"promotion.reason": decision.reason})
+                                                 "max_p50_ms": cfg.max_p50_ms}, metrics,
+                        {"promotion.reason": decision.reason, **(context or {})})
     return decision
 
 
-def promote_with_params(params: Params, data_dir: Path, version: str | None, root: Path) -> Decision:
+def promote_with_params(params: Params, data_dir: Path, version: str | None, root: Path,
+                        context: dict[str, str] | None = None) -> Decision:
     """``promote`` as the CLI and the retrain flow run it: model, gate and experiment from params,
     scored on the task's test split of record under ``data_dir``."""
     test = load_split(data_dir, "test")
     return promote(params.register.model_name, version, test, prepared(data_dir).labels, params.promote,
-                   params.tracking.experiment, root)
+                   params.tracking.experiment, root, context)
 
 
 def rollback(model_name: str, experiment: str, root: Path) -> str:

@@ -8,9 +8,11 @@ texts of any length as the evaluate stage does: sliding windows of ``max_length`
 ``stride`` tokens (the rule of ``minibert.windows.sliding_windows``; tests/test_serving.py
 checks the two agree), window logits combined by ``aggregate`` (mean, max or first): the windows the
 ONNX graph records in its metadata (``minibert.contract``), else ``model_config``'s.
-Input: a DataFrame with a ``text`` column (or a list of strings). Output: a DataFrame with
-``label`` (the class name the graph's contract records), ``probability`` (of that class) and one
-``p_<class>`` column a class (every class's probability) per row.
+Input: a DataFrame with a ``text`` column (or a list of strings), and optionally the inference
+param ``min_confidence`` (0 to 1; default 0). Output: a DataFrame with ``label`` (the class name the
+graph's contract records, or ``abstain`` where the top probability is below ``min_confidence``),
+``probability`` (the top class's) and one ``p_<class>`` column a class (every class's probability) per
+row. The probabilities are calibrated: the logits are divided by the temperature the graph records.
 Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier).
 model_config: ``max_length``, ``stride``, ``aggregate``, ``threads``.
 """
@@ -24,6 +26,7 @@ import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+ABSTAIN = "abstain"  # the label answered where the top probability is below params.min_confidence
 AGGREGATE = {"mean": lambda w: w.mean(axis=0), "max": lambda w: w.max(axis=0), "first": lambda w: w[0]}
 
 
@@ -63,6 +66,7 @@ class TextClassifierModel(PythonModel):
         contract = json.loads(stamp) if stamp else {}
         reads = {**config, **json.loads(contract["windows"])} if "windows" in contract else config
         self.labels = json.loads(contract["labels"]) if "labels" in contract else None
+        self.temperature = float(contract.get("temperature", 1.0))  # calibrated on validation (minibert.calibration)
         self.max_length = int(reads.get("max_length", 64))
         self.stride = int(reads.get("stride", self.max_length - 2))
         self.aggregate = AGGREGATE[reads.get("aggregate", "mean")]
@@ -94,6 +98,9 @@ class TextClassifierModel(PythonModel):
         return np.stack([self.aggregate(window_logits[owner_arr == d]) for d in range(len(texts))])
 
     def predict(self, context, model_input, params=None):  # noqa: ANN001 - see load_context
+        threshold = float((params or {}).get("min_confidence", 0.0))
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"params.min_confidence: {threshold} must be in [0, 1] (0 = always answer a class)")
         if isinstance(model_input, pd.DataFrame):
             if "text" not in model_input.columns:
                 raise ValueError(f"input needs a 'text' column; got columns {list(model_input.columns)}")
@@ -104,11 +111,12 @@ class TextClassifierModel(PythonModel):
         if not texts:
             return pd.DataFrame({"label": pd.Series([], dtype=str), "probability": pd.Series([], dtype="float64"),
                                  **{f"p_{c}": pd.Series([], dtype="float64") for c in classes}})
-        logits = self.logits(texts)
+        logits = self.logits(texts) / self.temperature
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs = (shifted / shifted.sum(axis=1, keepdims=True)).astype("float64")
-        return pd.DataFrame({"label": [classes[i] for i in probs.argmax(axis=1)], "probability": probs.max(axis=1),
-                             **{f"p_{c}": probs[:, i] for i, c in enumerate(classes)}})
+        top = probs.max(axis=1)
+        return pd.DataFrame({"label": [classes[i] if p >= threshold else ABSTAIN for i, p in zip(probs.argmax(axis=1), top)],
+                             "probability": top, **{f"p_{c}": probs[:, i] for i, c in enumerate(classes)}})
 
 
 mlflow.models.set_model(TextClassifierModel())

@@ -30,7 +30,7 @@ def finetune_loop(cfg: FinetuneParams, shared: TrainParams) -> ClassifierLoop:
         section="finetune", seed=shared.seed, batch_size=cfg.batch_size, epochs=cfg.epochs, time_budget_min=cfg.time_budget_min,
         optim=shared.optim(cfg.lr, cfg.warmup_ratio), log_every=shared.log_every, eval_every=shared.eval_every,
         precision=shared.precision, llrd=cfg.llrd, unfreeze_every=cfg.unfreeze_every, adversarial=cfg.adversarial,
-        adv_epsilon=cfg.adv_epsilon,
+        adv_epsilon=cfg.adv_epsilon, class_weights=shared.class_weights,
     )
 
 

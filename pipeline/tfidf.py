@@ -44,17 +44,19 @@ def load_baseline(path: Path) -> Pipeline:
                             "delete it and rerun `dvc repro baseline`") from err
 
 
-def build_baseline(cfg: BaselineParams) -> Pipeline:
-    """The unfitted TF-IDF + logistic regression pipeline of the ``baseline`` section."""
+def build_baseline(cfg: BaselineParams, class_weights: str = "none") -> Pipeline:
+    """The unfitted TF-IDF + logistic regression pipeline of the ``baseline`` section (``class_weights``:
+    ``train.class_weights``; balanced is scikit-learn's n / (K n_class))."""
     return Pipeline([
         ("tfidf", TfidfVectorizer(ngram_range=(1, cfg.ngram_max), min_df=cfg.min_df, sublinear_tf=True)),
-        ("logreg", LogisticRegression(C=cfg.C, max_iter=MAX_ITER)),
+        ("logreg", LogisticRegression(C=cfg.C, max_iter=MAX_ITER, class_weight=None if class_weights == "none" else "balanced")),
     ])
 
 
-def fit_baseline(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pipeline, dict[str, float]]:
+def fit_baseline(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame,
+                 class_weights: str = "none") -> tuple[Pipeline, dict[str, float]]:
     start = time.perf_counter()
-    model = build_baseline(cfg)
+    model = build_baseline(cfg, class_weights)
     model.fit(train["text"], train["label"])
     seconds = time.perf_counter() - start
     val_metrics = classification_metrics(val["label"].to_numpy(), model.predict_proba(val["text"]))
@@ -63,7 +65,7 @@ def fit_baseline(cfg: BaselineParams, train: pd.DataFrame, val: pd.DataFrame) ->
 
 
 def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | None, folds: int, seed: int,
-                jobs: int = 1, unlabelled: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+                jobs: int = 1, unlabelled: Sequence[str] = (), class_weights: str = "none") -> tuple[np.ndarray, np.ndarray]:
     """(len(train), num_labels) probabilities, each row from a model that never saw it, and
     (len(unlabelled), num_labels) from a model fitted on every training row."""
     labels = train["label"].to_numpy()
@@ -81,7 +83,7 @@ def out_of_fold(cfg: BaselineParams, train: pd.DataFrame, extra: pd.DataFrame | 
     def fit_and_score(fit_rows: np.ndarray, texts: pd.Series,
                       held: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
         fit = pd.concat([train.iloc[fit_rows], extra])
-        model = build_baseline(cfg).fit(fit["text"], fit["label"])
+        model = build_baseline(cfg, class_weights).fit(fit["text"], fit["label"])
         return held, model.classes_, model.predict_proba(texts)
 
     probs, unlabelled_probs = np.zeros((len(train), num_labels)), np.zeros((len(unlabelled), num_labels))
@@ -98,15 +100,15 @@ def fold_jobs(folds: int) -> int:
     return max(1, min(folds, os.cpu_count() or 1))
 
 
-def out_of_fold_logits(cfg: BaselineParams, seed: int, share: float, train: pd.DataFrame,
-                       extra: pd.DataFrame | None, jobs: int, unlabelled: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, dict]:
+def out_of_fold_logits(cfg: BaselineParams, seed: int, share: float, train: pd.DataFrame, extra: pd.DataFrame | None,
+                       jobs: int, unlabelled: Sequence[str] = (), class_weights: str = "none") -> tuple[np.ndarray, np.ndarray, dict]:
     """(N, L) out-of-fold log-probabilities, (M, L) on the ``unlabelled`` texts (L = 0 when TF-IDF's ``share``
     is 0: nothing is fitted) and the stage's metrics."""
     if share == 0:
         empty = np.zeros((len(train), 0), np.float32), np.zeros((len(unlabelled), 0), np.float32)
         return *empty, {"rows": len(train), "transfer_rows": len(unlabelled), "skipped": True}
     start = time.perf_counter()
-    probs, unlabelled_probs = out_of_fold(cfg, train, extra, FOLDS, seed, jobs, unlabelled)
+    probs, unlabelled_probs = out_of_fold(cfg, train, extra, FOLDS, seed, jobs, unlabelled, class_weights)
     metrics = {f"oof_{k}": v for k, v in classification_metrics(train["label"].to_numpy(), probs).items()}
     return log_probabilities(probs), log_probabilities(unlabelled_probs), {
         **metrics, "rows": len(train), "extra_rows": 0 if extra is None else len(extra), "transfer_rows": len(unlabelled),

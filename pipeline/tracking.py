@@ -251,6 +251,16 @@ def alias_version(model_name: str, alias: str) -> str | None:
         return None
 
 
+def log_to_run(run_id: str, metrics: dict[str, float], record: dict[str, Any], artifact: str, tags: dict[str, str]) -> None:
+    """Metrics, tags and one JSON artifact added to a finished or running run (the pipeline's parent)."""
+    client = MlflowClient()
+    for key, value in metrics.items():
+        client.log_metric(run_id, key, value)
+    for key, value in tags.items():
+        client.set_tag(run_id, key, value)
+    client.log_dict(run_id, record, artifact)
+
+
 def stage_durations(parent_id: str) -> dict[str, float]:
     """Seconds each stage's child run took, in start order."""
     client = MlflowClient()

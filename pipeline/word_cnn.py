@@ -28,7 +28,7 @@ def cnn_loop(cfg: CNNParams, shared: TrainParams) -> ClassifierLoop:
     """The classifier loop as the ``cnn`` and ``train`` sections set it (fp32, no seed techniques)."""
     return ClassifierLoop(section="cnn", seed=shared.seed, batch_size=cfg.batch_size, epochs=cfg.epochs,
                           time_budget_min=cfg.time_budget_min, optim=shared.optim(cfg.lr, cfg.warmup_ratio),
-                          log_every=shared.log_every, eval_every=shared.eval_every)
+                          log_every=shared.log_every, eval_every=shared.eval_every, class_weights=shared.class_weights)
 
 
 def extra_task(task: TaskParams) -> TaskParams:

@@ -75,7 +75,7 @@ def test_trec_is_added_byte_for_byte_with_the_mirrors_dvc_digest(project: Path) 
 
 def export(tmp_path: Path, rows: list[tuple[str, str]], name: str = "train.csv") -> Path:
     folder = tmp_path / "export"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=["body", "queue"]).to_csv(folder / name, index=False)
     return folder / name
 
@@ -118,3 +118,37 @@ def test_a_clean_export_without_test_files_gets_every_split_and_named_integer_la
     spec = datasets.load("reviews", project / "datasets")
     assert spec.labels == {"0": "negative", "1": "positive"} and spec.class_names == ("negative", "positive")
     assert (project / "data/raw/reviews.dvc").is_file() and "/reviews" in (project / "data/raw/.gitignore").read_text()
+
+
+def test_a_drop_is_appended_beside_the_files_listed_and_versioned_and_a_bad_one_leaves_nothing(
+        project: Path, tmp_path: Path) -> None:
+    minibert(project, "data", "add", str(export(tmp_path, TICKETS)), "--name", "tickets", "--text", "body", "--label", "queue")
+    description = project / "datasets" / "tickets.yaml"
+    description.write_text(description.read_text().replace("text: body", "text: body  # the ticket's text"))
+    digest = yaml.safe_load((project / "data/raw/tickets.dvc").read_text())["outs"][0]["md5"]
+    drop = [(f"a later ticket {i} about {topic}", topic) for i in range(30) for topic in ("billing", "login", "bug")]
+
+    def state() -> tuple[str, str, list[str]]:
+        return description.read_text(), (project / "data/raw/tickets.dvc").read_text(), written(project)
+
+    before = state()
+    refusals = {
+        "test-2026.csv": (drop, "a test file; the test split of record stays fixed"),
+        "train.csv": (drop, "exists: a drop needs a new file name"),
+        "train-late.csv": (drop[:5] + [("a refund, please", "refund")], "line 7, column 'queue': label 'refund' is not one of"),
+        "train-dupes.csv": (TICKETS[:4], "4 duplicates in the train files; --strict refuses them"),
+    }
+    for name, (rows, message) in refusals.items():
+        out = minibert(project, "data", "append", "tickets", str(export(tmp_path / name, rows, name)), "--strict", check=False)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+        assert out.returncode == 2 and len(errors) == 1 and message in errors[0], (name, out.stderr[-2000:])
+        assert state() == before, f"{name}: nothing written"
+
+    out = minibert(project, "data", "append", "tickets", str(export(tmp_path / "ok", drop, "train-2026-12.csv")))
+    assert "appended 90 rows: billing 30, bug 30, login 30" in out.stdout
+    assert (project / "data/raw/tickets/train-2026-12.csv").read_bytes() == (tmp_path / "ok/export/train-2026-12.csv").read_bytes()
+    spec = datasets.load("tickets", project / "datasets")
+    assert spec.files.train == ("tickets/train.csv", "tickets/train-2026-12.csv")
+    assert "text: body  # the ticket's text" in description.read_text(), "the description's comments are kept"
+    record = yaml.safe_load((project / "data/raw/tickets.dvc").read_text())["outs"][0]
+    assert record["md5"] != digest and record["nfiles"] == 2, "DVC records the new digest"

@@ -309,6 +309,7 @@ def test_prefect_flow_runs_the_same_pipeline(project: tuple[Path, str]) -> None:
     out = sh([sys.executable, "-m", "pipeline.cli", "retrain"], dest)
     assert "Completed" in out.stdout + out.stderr
     assert "refused: version 1 is already the champion" in out.stdout
+    assert "stages run: none" in out.stdout and "data: unchanged (300 training rows)" in out.stdout
     mlflow, client = client_for(dest)
     exp = client.get_experiment_by_name("minibert-tiny")
     (flow_run,) = client.search_runs([exp.experiment_id], filter_string="tags.`minibert.entry` = 'prefect'")
@@ -501,17 +502,54 @@ def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(proje
     assert metrics["skipped"] and metrics["rows"] == len(teacher) and "val_accuracy" not in metrics
 
 
-def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_refuses(
+# The retraining test's small dataset: real TREC questions (6 classes) where the tiny profile's word-CNN student learns
+# in seconds, so that a clean drop and a drop with wrong labels move its accuracy apart.
+DROPS = {"profile": {"data": {"dataset": "drops"}, "register": {"model_name": "minibert-drops"},
+                     "prepare": {"max_train_rows": None, "max_dev_rows": None},
+                     "cnn": {"filters": 16, "epochs": 4.0, "lr": 0.003},
+                     "distill": {"student_kind": "word_cnn", "hidden_weight": 0.0, "attention_weight": 0.0, "epochs": 2.0,
+                                 "lr": 0.002, "soup": 1},
+                     "soft_targets": {"shares": {"teacher": 0.0, "tfidf": 0.5, "word_cnn": 0.5}},
+                     "transfer_set": {"rows": 0}, "promote": {"margin": 0.02}}}
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    return {**base, **{k: deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in extra.items()}}
+
+
+def trec_drops(folder: Path) -> dict[str, Path]:
+    """The first export (400 training questions and TREC's test), a clean drop of 400 more, and a drop of 1,200
+    whose labels are each rotated to the next class: made worse on purpose."""
+    train = pd.read_csv(ROOT.parent / "shared" / "data" / "trec" / "train.csv").sample(frac=1.0, random_state=0)
+    classes = sorted(train["category"].unique())
+    rotated = train.iloc[800:2000].assign(category=lambda d: d["category"].map(
+        {c: classes[(i + 1) % len(classes)] for i, c in enumerate(classes)}))
+    files = {"first/train.csv": train.iloc[:400], "first/test.csv": pd.read_csv(ROOT.parent / "shared" / "data" / "trec" / "test.csv"),
+             "clean/train-2026-11.csv": train.iloc[400:800], "noisy/train-2026-12.csv": rotated}
+    for name, table in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(folder / name, index=False)
+    return {name: folder / name for name in files}
+
+
+def test_a_scheduled_deployment_retrains_on_each_data_drop_and_the_gate_promotes_or_refuses(
         project: tuple[Path, str], tmp_path: Path) -> None:
-    """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a
-    deployment with a cron schedule, two runs triggered with `prefect deployment run`: each runs
-    the stages its params change under a Prefect-tagged parent run (the first a new distillation
-    temperature, so distill onwards, and finetune, which the earlier `dvc exp run`s left on other params;
-    the second a new `register.min_accuracy`, so register and report alone), then the gate, which
-    promotes the first new challenger (margin 1.0) and refuses the second (latency budget)."""
+    """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a deployment with a cron
+    schedule, and a small dataset (`minibert data add`) whose first run registers the champion. Then two drops of new
+    rows (`minibert data append`), each followed by a run of the deployment: DVC sees the new data digest and reruns
+    every stage (each depends on the data), the flow logs what changed beside the gate's decision, and the gate
+    promotes the clean drop's model and refuses the noisy drop's (the champion stays)."""
+    from pipeline.cli import profile_text
+    from pipeline.datasets import normalise
+
     dest, _ = project
-    params = dest / "profile.yaml"  # the active overlay, rewritten for each run of the deployment
-    original = params.read_text()
+    profile = dest / "profile.yaml"  # the active overlay: the tiny profile's, with the drops dataset
+    original = profile.read_text()
+    files = trec_drops(tmp_path)
+    sh([sys.executable, "-m", "pipeline.cli", "data", "add", str(files["first/train.csv"]), str(files["first/test.csv"]),
+        "--text", "question", "--label", "category", "--name", "drops"], dest)
+    tiny = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k not in LOCAL_ONLY}
@@ -520,19 +558,14 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
                MLFLOW_DISABLE_TELEMETRY="true")
     served = {**env, "PREFECT_API_URL": api}
     mlflow, client = client_for(dest)
+    exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
 
     def deployed() -> bool:
         return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
                               capture_output=True).returncode == 0
 
-    def trigger(temperature: float, min_accuracy: float, promote: dict, reran: list[str]) -> str:
-        """The version registered by a run of the deployment; ``reran``: stages before register it must
-        have run (none: it ran register and report alone)."""
-        data = yaml.safe_load(original)
-        data["distill"]["temperature"] = temperature  # a distill-only key: finetune's teacher stays
-        data.setdefault("register", {})["min_accuracy"] = min_accuracy
-        data.setdefault("promote", {}).update(promote)
-        params.write_text(yaml.safe_dump(data, sort_keys=False))
+    def trigger() -> tuple[str, list[str], dict]:
+        """A run of the deployment: the version it registered, the stages it ran, its parent run's data record."""
         before = {r.info.run_id for r in client.search_runs([exp_id])}
         out = subprocess.run(["prefect", "deployment", "run", "minibert-retrain/ci", "--watch", "--watch-timeout", "600"],
                              cwd=dest, env=served, capture_output=True, text=True, timeout=660)
@@ -540,13 +573,18 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
         (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
                      if r.info.run_id not in before]
         stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
-        assert stages[-2:] == ["register", "report"] and "pretrain" not in stages, stages
-        assert set(reran) <= set(stages) and (reran or len(stages) == 2), stages
-        return str(client.get_model_version_by_alias("minibert-sst2", "challenger").version)
+        record = mlflow.artifacts.load_dict(f"runs:/{parent.info.run_id}/data_change.json")
+        assert parent.data.tags["minibert.data_digest"] == record["raw_digest"]
+        return str(client.get_model_version_by_alias("minibert-drops", "challenger").version), stages, record
 
-    exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
-    champion = str(client.get_model_version_by_alias("minibert-sst2", "champion").version)
+    def champion() -> str:
+        return str(client.get_model_version_by_alias("minibert-drops", "champion").version)
+
+    def digest() -> str:
+        return "md5:" + yaml.safe_load((dest / "data" / "raw" / "drops.dvc").read_text())["outs"][0]["md5"]
+
     try:
+        profile.write_text(profile_text(deep_merge(tiny, DROPS["profile"]), dest / "params.yaml"))
         with background(["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], dest, env,
                         tmp_path / "server.log") as server:
             wait_until(lambda: healthy(f"{api}/health"), "prefect server", tmp_path / "server.log")
@@ -560,17 +598,40 @@ def test_a_scheduled_deployment_on_a_prefect_server_retrains_then_promotes_or_re
                                        capture_output=True, text=True).stdout
                 assert "'cron': '0 4 * * 1'" in shown and "'timezone': 'UTC'" in shown
 
-                winner = trigger(3.0, 0.0, {"margin": 1.0}, reran=["distill", "export", "quantize", "evaluate"])
-                assert winner != champion
-                assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
-                tags = client.get_model_version("minibert-sst2", winner).tags
-                assert tags["promotion.decision"] == "promoted" and tags["previous_champion"] == champion
+                first, ran, _ = trigger()  # the new dataset's first model: there is no champion yet
+                assert ran == STAGES and champion() == first
+                first_digest = digest()
+                before = set(pd.read_parquet(dest / "data" / "prepared" / "train.parquet")["text"])
 
-                loser = trigger(3.0, 0.01, {"margin": 0.0, "max_p50_ms": 0.001}, reran=[])  # the same model, registered again
-                assert loser not in (winner, champion)
-                assert str(client.get_model_version_by_alias("minibert-sst2", "champion").version) == winner
-                tags = client.get_model_version("minibert-sst2", loser).tags
-                assert tags["promotion.decision"] == "refused" and "latency" in tags["promotion.reason"]
+                sh([sys.executable, "-m", "pipeline.cli", "data", "append", "drops", str(files["clean/train-2026-11.csv"])], dest)
+                clean, ran, record = trigger()
+                assert ran == STAGES, "a new data digest: prepare and everything that reads the data rerun"
+                change = record["change"]
+                assert record["raw_digest"] != record["raw_digest_before"] and digest() != first_digest
+                trained = set(pd.read_parquet(dest / "data" / "prepared" / "train.parquet")["text"])
+                drop = pd.read_csv(files["clean/train-2026-11.csv"]).assign(question=lambda d: d["question"].map(normalise))
+                # new to training: the rest went to the carved validation split, or was there already
+                landed = drop[drop["question"].isin(trained - before)].drop_duplicates("question")
+                assert change["rows_added"] == len(landed) > 360 and change["rows_removed"] == 0 and not change["test_changed"]
+                assert change["added_per_class"] == landed["category"].value_counts().reindex(
+                    ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"], fill_value=0).to_dict()
+                assert 0 < change["new_vocabulary_rate"] < 1 and change["label_shift"] < 0.1
+                tags = client.get_model_version("minibert-drops", clean).tags
+                assert tags["promotion.decision"] == "promoted" and champion() == clean, tags
+                assert tags["data.rows_added"] == str(change["rows_added"]) and tags["data.digest"] == record["raw_digest"]
+                lineage = json.loads(sh([sys.executable, "-m", "pipeline.cli", "lineage", "models:/minibert-drops@champion"],
+                                        dest).stdout)
+                assert lineage["data_digests"]["data/raw/drops"] == digest(), "the version names the new data"
+
+                sh([sys.executable, "-m", "pipeline.cli", "data", "append", "drops", str(files["noisy/train-2026-12.csv"])], dest)
+                noisy, ran, record = trigger()
+                assert ran == STAGES and noisy not in (first, clean)
+                tags = client.get_model_version("minibert-drops", noisy).tags
+                assert tags["promotion.decision"] == "refused" and "< champion" in tags["promotion.reason"], tags
+                assert champion() == clean, "the champion stays"
+                assert float(tags["data.label_shift"]) > 0.05 and int(tags["data.rows_added"]) > 1000, tags
+                assert float(tags["promotion.accuracy"]) < float(client.get_model_version("minibert-drops", clean)
+                                                                 .tags["promotion.accuracy"]) - 0.02
                 assert serve.poll() is None and server.poll() is None, "server and deployment stay up between runs"
     finally:
-        params.write_text(original)
+        profile.write_text(original)

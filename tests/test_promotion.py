@@ -83,7 +83,7 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
     model: accuracy 1.0) and 3 (random, the same weights as 1), v1 the champion; in the project's
     sqlite registry, or on the PostgreSQL-backed tracking server."""
     from pipeline import tracking
-    from pipeline.stages.register import SERVING_CODE, pip_requirements
+    from pipeline.stages.register import INFERENCE_PARAMS, SERVING_CODE, pip_requirements
 
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
@@ -104,7 +104,7 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
         with mlflow.start_run():
             versions.append(tracking.log_pyfunc_model(
                 name="model", python_model=str(SERVING_CODE), artifacts={"onnx": str(paths[seed]), "tokenizer": str(tok_path)},
-                pip_requirements=pip_requirements(), input_example=pd.DataFrame({"text": ["a film"]}),
+                pip_requirements=pip_requirements(), input_example=(pd.DataFrame({"text": ["a film"]}), INFERENCE_PARAMS),
                 registered_model_name=NAME, model_config={"max_length": 16, "stride": 6, "aggregate": "mean", "threads": 1},
                 tags={}))
     assert versions == ["1", "2", "3"]
@@ -151,6 +151,10 @@ def test_predict_reads_the_champion_and_names_a_missing_alias(registry, tmp_path
         shares = dict(pair.split("=") for pair in every.split())
         assert list(shares) == list(CLASSES) and float(shares[label]) == float(probability) >= 0.5
         assert sum(map(float, shares.values())) == pytest.approx(1.0, abs=2e-4)
+    cautious = cli(root, "predict", "--min-confidence", "1", "a moving film").stdout.split("\t")
+    assert cautious[0] == "abstain" and cautious[3].strip() == "a moving film", "below the threshold: no class"
+    bad = cli(root, "predict", "--min-confidence", "1.5", "x", check=False)
+    assert bad.returncode == 2 and "'1.5' is not a probability" in bad.stderr
     texts = root / "texts.txt"
     texts.write_text("one fine film\n\nthin plot\n")
     assert len(cli(root, "predict", "--file", str(texts)).stdout.strip().splitlines()) == 2
@@ -223,10 +227,15 @@ def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registr
                 pass
             assert time.time() < deadline, "mlflow models serve did not become healthy in 180 s"
             time.sleep(1)
-        body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}}).encode()
-        request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            predictions = json.loads(response.read())["predictions"]
+        def answers(extra: dict) -> list[dict]:
+            body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in texts]}, **extra}).encode()
+            request = urllib.request.Request(f"{base}/invocations", data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read())["predictions"]
+
+        predictions = answers({})
+        threshold = float(np.median(expected["probability"]))  # abstain below it: the inference param over HTTP
+        cautious = answers({"params": {"min_confidence": threshold}})
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -234,3 +243,6 @@ def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registr
     np.testing.assert_allclose([p["probability"] for p in predictions], expected["probability"], rtol=1e-6)
     for name in CLASSES:  # every class's probability over HTTP too
         np.testing.assert_allclose([p[f"p_{name}"] for p in predictions], expected[f"p_{name}"], rtol=1e-6)
+    local = tracking.served_predict(f"models:/{NAME}@champion")(pd.DataFrame({"text": texts}),
+                                                                  params={"min_confidence": threshold})
+    assert [p["label"] for p in cautious] == local["label"].tolist() and "abstain" in local["label"].tolist()

@@ -123,3 +123,41 @@ def test_a_six_class_model_answers_its_class_names_and_every_probability(tmp_pat
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
     assert out["label"].tolist() == [classes[i] for i in pyfunc.logits(texts).argmax(1)]
     np.testing.assert_allclose(out["probability"], probabilities.max(axis=1))
+
+
+def test_the_served_and_runtime_probabilities_follow_the_graphs_temperature_and_abstain_below_the_threshold(tmp_path) -> None:
+    """A graph whose contract records temperature T answers softmax(logits / T) (the same argmax), in the pyfunc and
+    in minibert.runtime alike; params.min_confidence turns a less confident answer into 'abstain'."""
+    from minibert import build_classifier
+    from minibert.config import ModelConfig
+    from minibert.contract import Contract, Windows, read_onnx_contract, stamp_onnx
+    from minibert.runtime import RuntimeConfig, TextClassifier, softmax
+    from pipeline.serving_model import ABSTAIN
+
+    tok, tok_path = toy_tokenizer(tmp_path)
+    classes = ("billing", "login", "bug")
+    model = build_classifier(ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64),
+                             ClassifierConfig(num_labels=3)).eval()
+    graph = export_onnx(model, tmp_path / "three.onnx")
+    stamp_onnx(graph, Contract("classifier", None, Windows(16, 6, "mean"), classes, temperature=0.25))
+    assert read_onnx_contract(graph).temperature == 0.25
+    pyfunc = TextClassifierModel()
+    pyfunc.load_context(SimpleNamespace(artifacts={"tokenizer": str(tok_path), "onnx": str(graph)}, model_config={"threads": 1}))
+    texts = toy_texts(np.random.default_rng(3), (4, 9, 12, 20, 30, 41))
+    logits = pyfunc.logits(texts)
+    out = pyfunc.predict(None, pd.DataFrame({"text": texts}))
+    expected = softmax(logits / 0.25)
+    np.testing.assert_allclose(out[[f"p_{c}" for c in classes]].to_numpy(), expected, rtol=1e-5)
+    assert not np.allclose(expected, softmax(logits), atol=1e-3), "the temperature changes the probabilities"
+    runtime = TextClassifier(tok, load_session(graph, threads=1), RuntimeConfig(batch_size=8))
+    np.testing.assert_allclose(runtime.predict(texts).probabilities, expected, rtol=1e-4, atol=1e-6)
+    assert out["label"].tolist() == [classes[i] for i in logits.argmax(1)], "the argmax is the model's"
+
+    threshold = float(np.median(out["probability"]))
+    cautious = pyfunc.predict(None, pd.DataFrame({"text": texts}), params={"min_confidence": threshold})
+    below = out["probability"] < threshold
+    assert below.any() and (~below).any()
+    assert (cautious["label"][below] == ABSTAIN).all() and (cautious["label"][~below] == out["label"][~below]).all()
+    np.testing.assert_allclose(cautious["probability"], out["probability"])
+    with pytest.raises(ValueError, match="min_confidence: 1.5 must be in"):
+        pyfunc.predict(None, pd.DataFrame({"text": texts}), params={"min_confidence": 1.5})

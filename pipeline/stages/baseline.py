@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("baseline", params, [train_path, val_path]) as tracker:
         train, val = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train, train_path.stem, train_path, context="training")
-        model, metrics = fit_baseline(params.baseline, train, val)
+        model, metrics = fit_baseline(params.baseline, train, val, params.train.class_weights)
         with atomic_path(args.out) as tmp:
             skops.io.dump(model, tmp)
         finish_stage(tracker, metrics, args.metrics)

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
         extra = load_split(args.data, "train", intermediate=True) if intermediate else None
         transfer = read_table(args.transfer, ["text"])["text"].tolist()
         logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, params.train.seed, share, train, extra,
-                                                              fold_jobs(FOLDS + bool(transfer)), transfer)
+                                                              fold_jobs(FOLDS + bool(transfer)), transfer,
+                                                              params.train.class_weights)
         save_logits(args.out, logits, train["label"].to_numpy())
         save_logits(args.transfer_out, transfer_logits, np.full(len(transfer), UNLABELLED))
         finish_stage(tracker, metrics, args.metrics)

@@ -54,6 +54,7 @@ from pipeline.attention_plots import PICTURED
 from pipeline.eval_plots import calibration_chart, confusion_chart
 from pipeline.io import atomic_path, write_json
 from pipeline.metrics import (
+    CALIBRATION_BINS,
     LATENCY_ROWS,
     class_probabilities,
     classification_metrics,
@@ -72,7 +73,6 @@ from pipeline.tracking import stage_run
 
 Predict = Callable[[list[str]], np.ndarray]  # texts -> (N, K) scores
 BATCH_SIZE = 32  # texts a batch in the throughput pass
-CALIBRATION_BINS = 10  # equal-width confidence bins over [1/K, 1] (reliability diagram, ECE)
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Variant:
     predict_one: Predict  # the same model on one thread
     probabilities: bool = False  # predict returns class probabilities (else logits)
     bf16: bool = False  # torch under bf16 autocast
+    temperature: float = 1.0  # its logits' divisor before the softmax, as its file records (minibert.calibration)
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,12 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
     torch.set_num_threads(1)
     latency = single_text_latency(variant.predict_one, texts[:LATENCY_ROWS])
     torch.set_num_threads(threads)
-    probabilities = class_probabilities(scores, variant.probabilities)
+    probabilities = class_probabilities(scores if variant.probabilities else scores / variant.temperature, variant.probabilities)
     bins, ece = reliability(labels, probabilities, CALIBRATION_BINS)
-    metrics = {**classification_metrics(labels, scores), "ece": ece, **latency,
+    calibrated = {} if variant.temperature == 1.0 else {
+        "temperature": variant.temperature,
+        "ece_before_temperature": reliability(labels, class_probabilities(scores, False), CALIBRATION_BINS)[1]}
+    metrics = {**classification_metrics(labels, scores), "ece": ece, **calibrated, **latency,
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16)}
     return Measured(metrics, probabilities, bins)
@@ -113,10 +117,11 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
 def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int) -> Variant:
     """An exported classifier behind the inference runtime, on ``threads`` and on one; it reads texts
     through the windows its file records."""
-    def runtime(count: int) -> Predict:
-        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count)).logits
+    def runtime(count: int) -> TextClassifier:
+        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count))
 
-    return Variant(name, path, runtime(threads), runtime(1))
+    batched = runtime(threads)
+    return Variant(name, path, batched.logits, runtime(1).logits, temperature=batched.temperature)
 
 
 def run(variants: list[Variant], test: pd.DataFrame, threads: int) -> dict[str, Measured]:

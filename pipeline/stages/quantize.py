@@ -4,7 +4,8 @@
 ``student_int8.onnx``: ONNX Runtime dynamic quantization of the fused graph from ``export``
 (MatMul, Attention and embedding weights to int8, Conv too with ``quantize.conv``;
 ``quantize.reduce_range`` / ``per_channel`` as set); the deployed chain, stamped with the fused graph's
-contract (windows, labels: ``minibert.contract``). Reports sizes and validation accuracy of each against
+contract (windows, labels: ``minibert.contract``) and the temperature that calibrates its probabilities on the
+validation split (``minibert.calibration``; ECE and NLL before and after in the metrics). Reports sizes and validation accuracy of each against
 its fp32 source, read through the student's own windows, so a quantization that hurts shows up here
 before evaluate.
 """
@@ -12,15 +13,18 @@ before evaluate.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
+from minibert.calibration import fit_temperature, nll
 from minibert.checkpoint import check_tokenizer
 from minibert.classifiers import load_classifier
 from minibert.contract import read_onnx_contract, stamp_onnx
 from minibert.export import load_session, session_callable
 from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
+from minibert.runtime import softmax
 from minibert.tokenizer import load_tokenizer
-from pipeline.metrics import classification_metrics
+from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
 from pipeline.splits import load_split, split_path
@@ -51,18 +55,22 @@ def main(argv: list[str] | None = None) -> None:
         quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel,
                            conv=cfg.conv)
         contract = read_onnx_contract(args.fused)
-        stamp_onnx(args.onnx_out, contract)  # the int8 graph reads texts as the graph it was made from
         val_logits, labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
         threads = params.export.threads
-        accuracy = {
-            name: classification_metrics(labels, val_logits(model))["accuracy"]
-            for name, model in (
-                ("fp32", student), ("int8", int8),
-                ("onnx_fp32", session_callable(load_session(args.fused, threads=threads))),
-                ("onnx_int8", session_callable(load_session(args.onnx_out, threads=threads))),
-            )
-        }
+        logits = {name: val_logits(model) for name, model in (
+            ("fp32", student), ("int8", int8),
+            ("onnx_fp32", session_callable(load_session(args.fused, threads=threads))),
+            ("onnx_int8", session_callable(load_session(args.onnx_out, threads=threads))))}
+        accuracy = {name: classification_metrics(labels, scores)["accuracy"] for name, scores in logits.items()}
+        # the deployed graph reads texts as the graph it was made from, its probabilities calibrated on validation
+        temperature = fit_temperature(logits["onnx_int8"], labels)
+        stamp_onnx(args.onnx_out, replace(contract, temperature=temperature))
+        calibrated = {when: reliability(labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
+                      for when, t in (("before", 1.0), ("after", temperature))}
         metrics = {
+            "temperature": temperature,
+            "val_ece_before_temperature": calibrated["before"], "val_ece": calibrated["after"],
+            "val_nll_before_temperature": nll(logits["onnx_int8"], labels), "val_nll": nll(logits["onnx_int8"], labels, temperature),
             "fp32_mb": model_size_bytes(student) / 1e6,
             "int8_mb": model_size_bytes(int8) / 1e6,
             "onnx_fp32_mb": args.fused.stat().st_size / 1e6,

@@ -39,6 +39,7 @@ from pipeline.tracking import (
 
 SERVING_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "pandas")
 SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
+INFERENCE_PARAMS = {"min_confidence": 0.0}  # the served model's inference params and defaults (its signature's)
 
 
 def pip_requirements() -> list[str]:
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             python_model=str(SERVING_CODE),
             artifacts={"onnx": str(args.onnx), "tokenizer": str(args.tokenizer), "readme": str(args.card)},
             pip_requirements=pip_requirements(),
-            input_example=example,
+            input_example=(example, INFERENCE_PARAMS),
             registered_model_name=cfg.model_name,
             model_config=serving_config(contract, params.export.threads),
             tags={"git_commit": sha, "dev_accuracy": f"{deployed['accuracy']:.4f}",
