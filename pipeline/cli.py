@@ -213,12 +213,18 @@ def prepare_params():  # noqa: ANN201 - PrepareParams, imported late like every 
 
 
 def cmd_data_add(args: argparse.Namespace) -> int:
-    from pipeline.intake import add
+    from pipeline.intake import add, add_from_hub
     from pipeline.orchestration import tool_env
 
     names = None if args.labels is None else [n.strip() for n in args.labels.split(",")]
-    checked = add(args.files, args.text, args.label, args.name, names, args.group, prepare_params(), args.strict,
-                  dvc_env=tool_env())
+    if args.hub is not None:
+        if args.files:
+            raise DataError("give files or --hub, not both")
+        checked = add_from_hub(args.hub, args.revision, args.text, args.label, args.name, names, args.group,
+                               prepare_params(), args.strict, dvc_env=tool_env())
+    else:
+        checked = add(args.files, args.text, args.label, args.name, names, args.group, prepare_params(), args.strict,
+                      dvc_env=tool_env())
     name = checked.spec.name
     print(checked.summary)
     print(f"added: data/raw/{name}/ (DVC-tracked: data/raw/{name}.dvc) and datasets/{name}.yaml; commit both, `dvc push` "
@@ -341,7 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Add a labelled dataset: CSV, TSV, JSON Lines or Parquet files (gzipped or not) whose names start "
                     "with train, validation (or dev) or test; a missing validation or test split is carved from train "
                     "by a hash of the text. Every row is checked first; on any error nothing is written.")
-    add.add_argument("files", nargs="+", type=Path, help="the files, e.g. train.csv test.csv")
+    add.add_argument("files", nargs="*", type=Path, help="the files, e.g. train.csv test.csv")
+    add.add_argument("--hub", metavar="ID", help="instead of files: a dataset datasets.load_dataset reads (a Hub id, or "
+                                                 "a local folder), its splits exported as train.parquet, test.parquet, ...")
+    add.add_argument("--revision", help="with --hub: the Hub revision (commit sha or tag) to pin")
     add.add_argument("--text", required=True, help="the column holding the text")
     add.add_argument("--label", required=True, help="the column holding the label")
     add.add_argument("--name", help="the dataset's name (default: the first file's folder name)")

@@ -53,6 +53,14 @@ class Unlabelled:
 
 
 @dataclass(frozen=True)
+class Hub:
+    """Where ``minibert data add --hub`` took the files from: a Hub dataset id (or local folder) and the revision."""
+
+    id: str
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
 class Description:
     files: Files
     text: str  # the column holding the text
@@ -63,6 +71,7 @@ class Description:
     group: str | None = None  # a column whose equal values stay on one side of a carved split, or "phrases"
     unlabelled: Unlabelled | None = None
     intermediate: str | None = None  # another description learnt from first (same class names)
+    hub: Hub | None = None  # the source its files were exported from (provenance; the files are what is read)
     name: str = field(default="", compare=False)  # the file's stem, set by ``load``
 
     def __post_init__(self) -> None:
@@ -142,6 +151,8 @@ def dump(spec: Description) -> str:
         out["unlabelled"] = {"files": list(spec.unlabelled.files), "text": spec.unlabelled.text}
     if spec.intermediate:
         out["intermediate"] = spec.intermediate
+    if spec.hub:
+        out["hub"] = {"id": spec.hub.id, "revision": spec.hub.revision}
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
 
 

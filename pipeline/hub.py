@@ -332,6 +332,19 @@ def fetch_all(
     return {"sst2": sst2_counts, "imdb": imdb_counts}
 
 
+def export_splits(dataset_id: str, revision: str | None, folder: Path, *, cache_dir: Path | None = None) -> list[Path]:
+    """Any dataset's splits (``datasets.load_dataset``: a Hub id at ``revision``, or a local folder) written as
+    ``folder/<split>.parquet``, one file a split, every column kept: the files ``minibert data add --hub`` brings in."""
+    loaded = _load(dataset_id, revision, cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for split, dataset in loaded.items():
+        path = folder / f"{split}.parquet"
+        dataset.to_pandas().to_parquet(path, index=False)
+        paths.append(path)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.hub --raw-dir data/raw``: fetch both datasets, print rows per file."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.hub", description=__doc__.splitlines()[0])

@@ -5,7 +5,8 @@ validation / test apart by their names, reads the label set from them, validates
 ``prepare`` will read it (and carves the missing splits to prove every class can be stratified), then
 copies the files byte for byte to ``data/raw/<name>/`` (so its DVC digest equals that of any remote
 already holding the same files), ``dvc add``s the folder and writes ``datasets/<name>.yaml``. On any
-error nothing is written. ``append`` brings a later drop of labelled rows (a new train* file) in beside
+error nothing is written. ``add_from_hub`` does the same for a dataset ``datasets.load_dataset`` reads (a
+Hub id at a pinned revision), its splits exported as parquet files first. ``append`` brings a later drop of labelled rows (a new train* file) in beside
 them the same way and lists it in the description, so the next run sees a new data digest. ``check`` re-reads a description's files the same way. Duplicates and test
 texts also in train are not errors (``prepare`` drops and counts them); ``--strict`` makes them errors.
 """
@@ -90,10 +91,32 @@ def check(spec: datasets.Description, cfg: PrepareParams, raw: Path, strict: boo
     return Checked(spec, "\n".join(lines))
 
 
+def add_from_hub(dataset_id: str, revision: str | None, text: str, label: str, name: str | None, names: list[str] | None,
+                 group: str | None, cfg: PrepareParams, strict: bool, raw: Path = datasets.RAW,
+                 descriptions: Path = datasets.DESCRIPTIONS, dvc_env: dict[str, str] | None = None) -> Checked:
+    """``add`` for a dataset loaded with ``datasets.load_dataset``: a Hub id at a pinned ``revision`` (a local
+    folder needs none). Its splits are exported as parquet (``pipeline.hub.export_splits``: ``train.parquet``,
+    ``test.parquet``, ...) and added as files are; the description records the id and the revision."""
+    import tempfile
+
+    from pipeline.hub import export_splits
+
+    local = Path(dataset_id).is_dir()
+    if not local and not revision:
+        raise DataError(f"--hub {dataset_id}: pin the revision (--revision, a commit sha or tag from the dataset's "
+                        "page), so that the files can be fetched again as they were")
+    name = name or re.sub(r"[^A-Za-z0-9_-]+", "-", Path(dataset_id).name if local else dataset_id.split("/")[-1]).lower()
+    with tempfile.TemporaryDirectory(prefix="minibert-hub-") as tmp:
+        paths = [p for p in export_splits(dataset_id, None if local else revision, Path(tmp)) if p.stem != "unsupervised"]
+        return add(paths, text, label, name, names, group, cfg, strict, raw, descriptions, dvc_env,
+                   source=datasets.Hub(str(Path(dataset_id).resolve()) if local else dataset_id, revision))
+
+
 def add(paths: list[Path], text: str, label: str, name: str | None, names: list[str] | None, group: str | None,
         cfg: PrepareParams, strict: bool, raw: Path = datasets.RAW, descriptions: Path = datasets.DESCRIPTIONS,
-        dvc_env: dict[str, str] | None = None) -> Checked:
-    """Validate ``paths``, copy them to ``raw/<name>/``, ``dvc add`` it, write ``descriptions/<name>.yaml``."""
+        dvc_env: dict[str, str] | None = None, source: datasets.Hub | None = None) -> Checked:
+    """Validate ``paths``, copy them to ``raw/<name>/``, ``dvc add`` it, write ``descriptions/<name>.yaml``
+    (``source``: the Hub dataset the files were exported from)."""
     if not paths:
         raise DataError("give the files to add: minibert data add FILE... --text COLUMN --label COLUMN")
     for path in paths:
@@ -119,7 +142,7 @@ def add(paths: list[Path], text: str, label: str, name: str | None, names: list[
     labels = label_set(paths, text, label, names)
     try:
         spec = datasets.Description(files=datasets.Files(**{k: tuple(v) for k, v in files.items()}), text=text,
-                                    label=label, labels=labels, group=group, name=name)
+                                    label=label, labels=labels, group=group, hub=source, name=name)
     except ConfigError as err:
         raise DataError(f"{name}: {err}") from None
     created = [folder for folder in (raw.parent, raw, descriptions) if not folder.exists()]
@@ -130,7 +153,8 @@ def add(paths: list[Path], text: str, label: str, name: str | None, names: list[
                 shutil.copyfile(path, staged / path.name)
             checked = check(spec, cfg, staged.parent, strict)
             with atomic_path(description) as tmp:
-                tmp.write_text(f"# Added by `minibert data add` from {', '.join(str(p) for p in paths)}\n" + datasets.dump(spec))
+                origin = f"--hub {source.id} at revision {source.revision or 'local'}" if source else ", ".join(map(str, paths))
+                tmp.write_text(f"# Added by `minibert data add` from {origin}\n" + datasets.dump(spec))
     except BaseException:
         for folder in reversed(created):  # the folders made on the way, if they stayed empty
             if folder.is_dir() and not any(folder.iterdir()):

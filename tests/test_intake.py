@@ -152,3 +152,26 @@ def test_a_drop_is_appended_beside_the_files_listed_and_versioned_and_a_bad_one_
     assert "text: body  # the ticket's text" in description.read_text(), "the description's comments are kept"
     record = yaml.safe_load((project / "data/raw/tickets.dvc").read_text())["outs"][0]
     assert record["md5"] != digest and record["nfiles"] == 2, "DVC records the new digest"
+
+
+def test_a_dataset_loaded_with_datasets_is_added_from_its_splits_with_its_source_recorded(project: Path, tmp_path: Path) -> None:
+    """`data add --hub` takes anything `datasets.load_dataset` reads: a Hub id at a pinned revision, or (here, offline)
+    a local folder of split files; each split becomes <split>.parquet under data/raw/<name>/, added as files are."""
+    folder = tmp_path / "support-tickets"
+    folder.mkdir()
+    pd.DataFrame(TICKETS, columns=["body", "queue"]).to_csv(folder / "train.csv", index=False)
+    test_rows = [(f"another ticket {i} about {topic}", topic) for i in range(10) for topic in ("billing", "login", "bug")]
+    pd.DataFrame(test_rows, columns=["body", "queue"]).to_csv(folder / "test.csv", index=False)
+    out = minibert(project, "data", "add", "--hub", str(folder), "--text", "body", "--label", "queue")
+    assert "support-tickets: 3 classes (billing, bug, login)" in out.stdout
+    spec = datasets.load("support-tickets", project / "datasets")
+    assert spec.files.train == ("support-tickets/train.parquet",) and spec.files.test == ("support-tickets/test.parquet",)
+    assert spec.hub == datasets.Hub(str(folder.resolve()), None)
+    test = datasets.read_labelled(spec, "test", project / "data/raw")
+    assert test["text"].tolist() == [t for t, _ in test_rows] and len(test) == 30
+    assert (project / "data/raw/support-tickets.dvc").is_file()
+    pinned = minibert(project, "data", "add", "--hub", "someone/tickets", "--text", "body", "--label", "queue", check=False)
+    assert pinned.returncode == 2 and "pin the revision (--revision" in pinned.stderr
+    both = minibert(project, "data", "add", str(folder / "train.csv"), "--hub", str(folder), "--text", "body", "--label",
+                    "queue", "--name", "x", check=False)
+    assert both.returncode == 2 and "give files or --hub, not both" in both.stderr

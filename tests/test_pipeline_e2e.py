@@ -4,6 +4,7 @@ targeted reruns, and clean failures on bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -20,21 +21,13 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from servers import background, free_port, healthy, wait_until
+from projects import REMOTE, STAGES, client_for, copy_project, runs_by_parent, sh
 
 from minibert.checkpoint import header, load_model, read_contract
 from minibert.contract import read_onnx_contract
 from minibert.textcnn import load_textcnn
 from pipeline.params import load_params
 from pipeline.tfidf import FOLDS
-
-ROOT = Path(__file__).resolve().parent.parent
-REMOTE = ROOT.parent / "shared" / "dvc-remote"
-STAGES = ["prepare", "tokenizer", "pretrain", "finetune", "baseline", "transfer_set", "baseline_oof", "teacher_logits", "cnn",
-          "soft_targets", "distill", "export", "quantize", "evaluate", "register", "report"]
-
-# servers and runs of the caller's that the copy must not talk to
-LOCAL_ONLY = ("MLFLOW_TRACKING_URI", "MINIBERT_PARENT_RUN_ID", "DVC_ROOT", "PREFECT_API_URL")
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,56 +36,16 @@ pytestmark = [
 ]
 
 
-def sh(args: list[str], cwd: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in LOCAL_ONLY}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env.update(DVC_NO_ANALYTICS="1", MLFLOW_DISABLE_TELEMETRY="true", PREFECT_HOME=str(cwd / ".prefect"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="120", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
-               GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
-    return result
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A copy of the working tree with the tiny profile, after one `minibert pipeline` run."""
-    dest = tmp_path_factory.mktemp("e2e") / "project"
-    files = sh(["git", "ls-files", "-co", "--exclude-standard", "-z"], ROOT).stdout.split("\0")
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
+    dest = copy_project(tmp_path_factory.mktemp("e2e") / "project")
     defaults = (dest / "params.yaml").read_text()
-    sh(["git", "init", "-q"], dest)
-    sh(["git", "add", "-A"], dest)
-    sh(["git", "commit", "-qm", "tiny"], dest)
-    sh(["dvc", "remote", "modify", "--local", "mirror", "url", str(REMOTE)], dest)
     out = sh([sys.executable, "-m", "pipeline.cli", "pipeline", "--profile", "tiny"], dest)
     assert (dest / "params.yaml").read_text() == defaults, "a profile never rewrites params.yaml"
     active = {k: v for k, v in yaml.safe_load((dest / "profile.yaml").read_text()).items() if v}
     assert active == yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
     return dest, out.stdout + out.stderr
-
-
-def client_for(dest: Path):
-    import mlflow
-    from mlflow import MlflowClient
-
-    mlflow.set_tracking_uri(f"sqlite:///{dest / 'mlflow.db'}")
-    return mlflow, MlflowClient()
-
-
-def runs_by_parent(client, experiment: str) -> dict[str, list]:
-    exp = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
-    grouped: dict[str, list] = {r.info.run_id: [] for r in runs if r.info.run_name == "pipeline"}
-    for r in runs:
-        parent = r.data.tags.get("mlflow.parentRunId")
-        if parent:
-            grouped[parent].append(r)
-    return grouped
 
 
 def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> None:
@@ -387,7 +340,13 @@ def test_the_imdb_task_reads_long_reviews_through_sliding_windows(project: tuple
     assert "tensors_from_teacher" not in distill and 0 < distill["student_non_embedding_params"] < distill["student_params"]
     contract = read_contract(dest / "models" / "distill" / "model.safetensors")
     assert contract == read_contract(dest / "models" / "cnn" / "model.safetensors"), "the student reads as the word-CNN"
-    assert read_onnx_contract(dest / "models" / "quantize" / "student_int8.onnx") == contract, "carried to the deployed graph"
+    deployed = read_onnx_contract(dest / "models" / "quantize" / "student_int8.onnx")
+    assert dataclasses.replace(deployed, temperature=1.0) == contract, "carried to the deployed graph"
+    quantized = json.loads((dest / "metrics" / "quantize.json").read_text())
+    assert deployed.temperature == pytest.approx(quantized["temperature"]) and deployed.temperature != 1.0, "calibrated"
+    assert quantized["val_nll"] <= quantized["val_nll_before_temperature"]
+    assert evaluation["student_onnx_int8"]["temperature"] == pytest.approx(deployed.temperature)
+    assert "ece_before_temperature" in evaluation["student_onnx_int8"] and "temperature" not in evaluation["student_onnx"]
     assert distill["soup"] == 2 and len(distill["soup_member_val_accuracy"]) == 2
     assert 0.0 <= evaluation["student_onnx_int8"]["accuracy"] <= 1.0 and evaluation["student_onnx_int8"]["p50_ms"] > 0
     mlflow, client = client_for(dest)
@@ -500,138 +459,3 @@ def test_the_cnn_stage_at_share_0_trains_nothing_and_leaves_no_stale_model(proje
     assert not (out / "model.safetensors").exists()
     metrics = json.loads((tmp_path / "cnn.json").read_text())
     assert metrics["skipped"] and metrics["rows"] == len(teacher) and "val_accuracy" not in metrics
-
-
-# The retraining test's small dataset: real TREC questions (6 classes) where the tiny profile's word-CNN student learns
-# in seconds, so that a clean drop and a drop with wrong labels move its accuracy apart.
-DROPS = {"profile": {"data": {"dataset": "drops"}, "register": {"model_name": "minibert-drops"},
-                     "prepare": {"max_train_rows": None, "max_dev_rows": None},
-                     "cnn": {"filters": 16, "epochs": 4.0, "lr": 0.003},
-                     "distill": {"student_kind": "word_cnn", "hidden_weight": 0.0, "attention_weight": 0.0, "epochs": 2.0,
-                                 "lr": 0.002, "soup": 1},
-                     "soft_targets": {"shares": {"teacher": 0.0, "tfidf": 0.5, "word_cnn": 0.5}},
-                     "transfer_set": {"rows": 0}, "promote": {"margin": 0.02}}}
-
-
-def deep_merge(base: dict, extra: dict) -> dict:
-    return {**base, **{k: deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-                       for k, v in extra.items()}}
-
-
-def trec_drops(folder: Path) -> dict[str, Path]:
-    """The first export (400 training questions and TREC's test), a clean drop of 400 more, and a drop of 1,200
-    whose labels are each rotated to the next class: made worse on purpose."""
-    train = pd.read_csv(ROOT.parent / "shared" / "data" / "trec" / "train.csv").sample(frac=1.0, random_state=0)
-    classes = sorted(train["category"].unique())
-    rotated = train.iloc[800:2000].assign(category=lambda d: d["category"].map(
-        {c: classes[(i + 1) % len(classes)] for i, c in enumerate(classes)}))
-    files = {"first/train.csv": train.iloc[:400], "first/test.csv": pd.read_csv(ROOT.parent / "shared" / "data" / "trec" / "test.csv"),
-             "clean/train-2026-11.csv": train.iloc[400:800], "noisy/train-2026-12.csv": rotated}
-    for name, table in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(folder / name, index=False)
-    return {name: folder / name for name in files}
-
-
-def test_a_scheduled_deployment_retrains_on_each_data_drop_and_the_gate_promotes_or_refuses(
-        project: tuple[Path, str], tmp_path: Path) -> None:
-    """`prefect server start` on loopback, `minibert schedule` serving the retrain flow as a deployment with a cron
-    schedule, and a small dataset (`minibert data add`) whose first run registers the champion. Then two drops of new
-    rows (`minibert data append`), each followed by a run of the deployment: DVC sees the new data digest and reruns
-    every stage (each depends on the data), the flow logs what changed beside the gate's decision, and the gate
-    promotes the clean drop's model and refuses the noisy drop's (the champion stays)."""
-    from pipeline.cli import profile_text
-    from pipeline.datasets import normalise
-
-    dest, _ = project
-    profile = dest / "profile.yaml"  # the active overlay: the tiny profile's, with the drops dataset
-    original = profile.read_text()
-    files = trec_drops(tmp_path)
-    sh([sys.executable, "-m", "pipeline.cli", "data", "add", str(files["first/train.csv"]), str(files["first/test.csv"]),
-        "--text", "question", "--label", "category", "--name", "drops"], dest)
-    tiny = yaml.safe_load((dest / "profiles" / "tiny.yaml").read_text())
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if k not in LOCAL_ONLY}
-    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}", PREFECT_HOME=str(tmp_path / "prefect"),
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_UI_ENABLED="false", DVC_NO_ANALYTICS="1",
-               MLFLOW_DISABLE_TELEMETRY="true")
-    served = {**env, "PREFECT_API_URL": api}
-    mlflow, client = client_for(dest)
-    exp_id = client.get_experiment_by_name("minibert-tiny").experiment_id
-
-    def deployed() -> bool:
-        return subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
-                              capture_output=True).returncode == 0
-
-    def trigger() -> tuple[str, list[str], dict]:
-        """A run of the deployment: the version it registered, the stages it ran, its parent run's data record."""
-        before = {r.info.run_id for r in client.search_runs([exp_id])}
-        out = subprocess.run(["prefect", "deployment", "run", "minibert-retrain/ci", "--watch", "--watch-timeout", "600"],
-                             cwd=dest, env=served, capture_output=True, text=True, timeout=660)
-        assert out.returncode == 0 and "Completed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
-        (parent,) = [r for r in client.search_runs([exp_id], filter_string="tags.`minibert.entry` = 'prefect'")
-                     if r.info.run_id not in before]
-        stages = [r.data.tags["minibert.stage"] for r in runs_by_parent(client, "minibert-tiny")[parent.info.run_id]]
-        record = mlflow.artifacts.load_dict(f"runs:/{parent.info.run_id}/data_change.json")
-        assert parent.data.tags["minibert.data_digest"] == record["raw_digest"]
-        return str(client.get_model_version_by_alias("minibert-drops", "challenger").version), stages, record
-
-    def champion() -> str:
-        return str(client.get_model_version_by_alias("minibert-drops", "champion").version)
-
-    def digest() -> str:
-        return "md5:" + yaml.safe_load((dest / "data" / "raw" / "drops.dvc").read_text())["outs"][0]["md5"]
-
-    try:
-        profile.write_text(profile_text(deep_merge(tiny, DROPS["profile"]), dest / "params.yaml"))
-        with background(["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)], dest, env,
-                        tmp_path / "server.log") as server:
-            wait_until(lambda: healthy(f"{api}/health"), "prefect server", tmp_path / "server.log")
-            refused = subprocess.run([sys.executable, "-m", "pipeline.cli", "schedule", "--cron", "0 4 * * 1"], cwd=dest,
-                                     env=env, capture_output=True, text=True)
-            assert refused.returncode == 2 and "schedules need a Prefect server" in refused.stderr
-            with background([sys.executable, "-m", "pipeline.cli", "schedule", "--name", "ci", "--cron", "0 4 * * 1"],
-                            dest, served, tmp_path / "serve.log") as serve:
-                wait_until(deployed, "deployment minibert-retrain/ci", tmp_path / "serve.log")
-                shown = subprocess.run(["prefect", "deployment", "inspect", "minibert-retrain/ci"], cwd=dest, env=served,
-                                       capture_output=True, text=True).stdout
-                assert "'cron': '0 4 * * 1'" in shown and "'timezone': 'UTC'" in shown
-
-                first, ran, _ = trigger()  # the new dataset's first model: there is no champion yet
-                assert ran == STAGES and champion() == first
-                first_digest = digest()
-                before = set(pd.read_parquet(dest / "data" / "prepared" / "train.parquet")["text"])
-
-                sh([sys.executable, "-m", "pipeline.cli", "data", "append", "drops", str(files["clean/train-2026-11.csv"])], dest)
-                clean, ran, record = trigger()
-                assert ran == STAGES, "a new data digest: prepare and everything that reads the data rerun"
-                change = record["change"]
-                assert record["raw_digest"] != record["raw_digest_before"] and digest() != first_digest
-                trained = set(pd.read_parquet(dest / "data" / "prepared" / "train.parquet")["text"])
-                drop = pd.read_csv(files["clean/train-2026-11.csv"]).assign(question=lambda d: d["question"].map(normalise))
-                # new to training: the rest went to the carved validation split, or was there already
-                landed = drop[drop["question"].isin(trained - before)].drop_duplicates("question")
-                assert change["rows_added"] == len(landed) > 360 and change["rows_removed"] == 0 and not change["test_changed"]
-                assert change["added_per_class"] == landed["category"].value_counts().reindex(
-                    ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"], fill_value=0).to_dict()
-                assert 0 < change["new_vocabulary_rate"] < 1 and change["label_shift"] < 0.1
-                tags = client.get_model_version("minibert-drops", clean).tags
-                assert tags["promotion.decision"] == "promoted" and champion() == clean, tags
-                assert tags["data.rows_added"] == str(change["rows_added"]) and tags["data.digest"] == record["raw_digest"]
-                lineage = json.loads(sh([sys.executable, "-m", "pipeline.cli", "lineage", "models:/minibert-drops@champion"],
-                                        dest).stdout)
-                assert lineage["data_digests"]["data/raw/drops"] == digest(), "the version names the new data"
-
-                sh([sys.executable, "-m", "pipeline.cli", "data", "append", "drops", str(files["noisy/train-2026-12.csv"])], dest)
-                noisy, ran, record = trigger()
-                assert ran == STAGES and noisy not in (first, clean)
-                tags = client.get_model_version("minibert-drops", noisy).tags
-                assert tags["promotion.decision"] == "refused" and "< champion" in tags["promotion.reason"], tags
-                assert champion() == clean, "the champion stays"
-                assert float(tags["data.label_shift"]) > 0.05 and int(tags["data.rows_added"]) > 1000, tags
-                assert float(tags["promotion.accuracy"]) < float(client.get_model_version("minibert-drops", clean)
-                                                                 .tags["promotion.accuracy"]) - 0.02
-                assert serve.poll() is None and server.poll() is None, "server and deployment stay up between runs"
-    finally:
-        profile.write_text(original)
