@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from minibert.validation import ConfigError
@@ -211,12 +211,11 @@ def append(name: str, paths: list[Path], cfg: PrepareParams, strict: bool, raw: 
             raise DataError(f"{target / path.name} exists: a drop needs a new file name (e.g. train-2026-12.csv); to "
                             f"replace that file, copy it over and run `dvc add {target}` and `minibert data check {name}`")
         added[split].append(rel)
-    extended = datasets.Description(**{**spec.__dict__, "files": datasets.Files(
-        train=(*spec.files.train, *added["train"]), validation=(*spec.files.validation, *added["validation"]),
-        test=spec.files.test)})
+    extended = replace(spec, files=datasets.Files(train=(*spec.files.train, *added["train"]), test=spec.files.test,
+                                                  validation=(*spec.files.validation, *added["validation"])))
     rows = {c: 0 for c in spec.class_names}
     for path in paths:  # each drop read where it lies, so that a message names the user's file
-        one = datasets.Description(**{**spec.__dict__, "files": datasets.Files(train=(path.name,))})
+        one = replace(spec, files=datasets.Files(train=(path.name,)))
         for c, n in datasets.class_counts(datasets.read_labelled(one, "train", path.parent), spec.class_names).items():
             rows[c] += n
     description = datasets.description_path(name, descriptions)
