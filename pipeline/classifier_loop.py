@@ -85,16 +85,8 @@ def labelled_stream(sequences: list[list[int]], labels: np.ndarray, batch_size: 
 
 def classify_step(model: SequenceClassifier, batch: tuple[Tensor, ...], weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
     ids, mask, labels = batch
-    logits = model(ids, mask)
-    return F.cross_entropy(logits, labels, weight=on_device(weight, logits)), mask.sum()  # a tensor: no host sync on a GPU
-
-
-def on_device(weight: Tensor | None, logits: Tensor) -> Tensor | None:
-    """``weight`` beside ``logits``, padded with 1s to its classes (a class after the last one trained on)."""
-    if weight is None:
-        return None
-    missing = logits.shape[-1] - weight.numel()
-    return (F.pad(weight, (0, missing), value=1.0) if missing > 0 else weight).to(logits.device)
+    weight = None if weight is None else weight.to(labels.device)
+    return F.cross_entropy(model(ids, mask), labels, weight=weight), mask.sum()  # a tensor: no host sync on a GPU
 
 
 def eval_interval(cfg: ClassifierLoop, rows: int) -> int:
@@ -159,6 +151,7 @@ def train_classifier(
     with progress_bar(max_steps, name) as bar:
         hooks.progress = bar
         if step is None:
+            # every class has training rows (prepare refuses a class without), so the largest label names the last
             step = partial(classify_step, weight=class_weight(cfg.class_weights, train[1], int(np.max(train[1])) + 1))
         result = fit(model, labelled_stream(train[0], train[1], cfg.batch_size, cfg.seed, world), step,
                      cfg.optim, loop, tracker, hooks, world=world)

@@ -286,6 +286,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def strict_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minibert", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -357,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--labels", help="class names, comma-separated: integer labels' names in numeric order, or the "
                                       "order of string labels (default: the values, sorted)")
     add.add_argument("--group", help="a column whose equal values stay on one side of a carved split")
-    add.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    strict_option(add)
     add.set_defaults(func=cmd_data_add)
     append = data_sub.add_parser(
         "append", help="a drop of new labelled rows: validate it, copy it beside the dataset's files, dvc add, list it",
@@ -366,11 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "record stays fixed. Every row is checked first; on any error nothing is written.")
     append.add_argument("name", help="the dataset (datasets/NAME.yaml)")
     append.add_argument("files", nargs="+", type=Path, help="the new files, e.g. train-2026-12.csv")
-    append.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    strict_option(append)
     append.set_defaults(func=cmd_data_append)
     check = data_sub.add_parser("check", help="re-validate a dataset's files as prepare reads them")
     check.add_argument("name", nargs="?", help="the dataset (default: the active data.dataset)")
-    check.add_argument("--strict", action="store_true", help="refuse duplicate texts and test texts also in train")
+    strict_option(check)
     check.set_defaults(func=cmd_data_check)
     lineage = sub.add_parser("lineage", help="git commit, data digests, params and metrics behind a registered model")
     lineage.add_argument("model_uri", help="models:/<name>/<version> or models:/<name>@<alias>")

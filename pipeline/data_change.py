@@ -90,8 +90,21 @@ def summary(change: dict | None) -> str:
             + ("; the class names changed" if change["classes_changed"] else ""))
 
 
+def scalars(change: dict) -> dict[str, int | float | bool]:
+    """The record's single numbers (rows, rates, flags), without the per-class tables."""
+    return {k: v for k, v in change.items() if isinstance(v, (int, float))}
+
+
 def metrics(change: dict) -> dict[str, float]:
     """The change as flat MLflow metrics (``data_*``)."""
-    flat = {f"data_{k}": float(v) for k, v in change.items() if isinstance(v, (int, float))}
+    flat = {f"data_{k}": float(v) for k, v in scalars(change).items()}
     flat |= {"data_added_" + METRIC_UNSAFE.sub("_", c): float(n) for c, n in change["added_per_class"].items()}
     return flat
+
+
+def tags(change: dict | None, digest: str) -> dict[str, str]:
+    """The change as tags (``data.*``) for a model version and the promote run, with its one-line summary."""
+    out = {"data.digest": digest, "data.summary": summary(change)}
+    for key, value in scalars(change or {}).items():
+        out[f"data.{key}"] = f"{value:.4f}" if isinstance(value, float) else str(value)
+    return out

@@ -50,15 +50,6 @@ def promote_task(context: dict[str, str]) -> dict[str, object]:
     return {"promoted": decision.promote, "reason": decision.reason}
 
 
-def data_context(result: PipelineResult) -> dict[str, str]:
-    """What the run changed in the data, as tags for the challenger's version and the promote run."""
-    tags = {"data.digest": result.data_digest, "data.summary": data_change.summary(result.data_change)}
-    if result.data_change:
-        tags |= {f"data.{k}": f"{v:.4f}" if isinstance(v, float) else str(v) for k, v in result.data_change.items()
-                 if isinstance(v, (int, float))}
-    return tags
-
-
 @flow(name=FLOW_NAME)
 def retrain_flow(force: bool = False) -> dict[str, object]:
     """Fetch data, run the DVC pipeline (DVC reruns what a new data digest or params change), then the promotion
@@ -74,7 +65,7 @@ def retrain_flow(force: bool = False) -> dict[str, object]:
     logger = get_run_logger()
     if (line := verdict(params, time.time() - started)) is not None:
         logger.info(line)
-    context = data_context(result)
+    context = data_change.tags(result.data_change, result.data_digest)  # beside the decision
     decision = promote_task(context)
     logger.info("MLflow parent run %s; stages run: %s", result.run_id, ", ".join(result.stage_seconds) or "none")
     logger.info("%s (data digest %s)", context["data.summary"], result.data_digest or "unknown")

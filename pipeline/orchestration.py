@@ -14,6 +14,7 @@ from pipeline import data_change, datasets
 from pipeline.deadline import pipeline_deadline
 from pipeline.io import StageError
 from pipeline.params import DataParams, Params
+from pipeline.provenance import locked_dependency
 from pipeline.tracking import log_to_run, pipeline_run, stage_durations
 
 RAW = Path("data/raw")
@@ -50,30 +51,19 @@ class PipelineResult:
     data_digest: str = ""  # data/raw's DVC digest the prepare stage read (dvc.lock)
 
 
-def raw_digest(lock: Path = Path("dvc.lock")) -> str:
-    """The md5 dvc.lock records for prepare's dependency data/raw: the data the last run prepared."""
-    import yaml
-
-    try:
-        deps = (yaml.safe_load(lock.read_text()) or {})["stages"]["prepare"]["deps"]
-    except (OSError, KeyError, TypeError):
-        return ""
-    return next((f"md5:{d['md5']}" for d in deps if d.get("path") == str(RAW)), "")
-
-
 def run_pipeline(params: Params, force: bool = False, entry: str = "cli", started: float | None = None) -> PipelineResult:
     """`dvc repro` under a new MLflow parent run; raises StageError if a stage fails. The run's
     deadline (``params.deadline``) counts from ``started`` (Unix time; default now), so a caller
     that fetched the data first passes the time it began. What the run changed in the training data
     (``pipeline.data_change``) is logged to the parent run: ``data_*`` metrics and ``data_change.json``."""
     transfer = datasets.load(params.data.dataset).intermediate is not None  # the teacher's transfer phase runs
-    before, digest_before = data_change.snapshot(PREPARED), raw_digest()
+    before, digest_before = data_change.snapshot(PREPARED), locked_dependency("prepare", str(RAW), Path("."))
     with pipeline_deadline(params, time.time() if started is None else started, transfer), \
             pipeline_run(params, entry=entry) as run_id:
         code = subprocess.run(["dvc", "repro", *(["--force"] if force else [])], env=tool_env()).returncode
         if code != 0:
             raise StageError(f"dvc repro failed (exit {code}); MLflow parent run {run_id} is marked FAILED")
-    after, digest = data_change.snapshot(PREPARED), raw_digest()
+    after, digest = data_change.snapshot(PREPARED), locked_dependency("prepare", str(RAW), Path("."))
     change = None if before is None or after is None else data_change.compare(before, after)
     record = {"raw_digest_before": digest_before, "raw_digest": digest, "change": change}
     tags = {"minibert.data_digest": digest, "minibert.data_changed": str(digest != digest_before).lower()}

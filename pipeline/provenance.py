@@ -53,6 +53,16 @@ def _dvc_records(root: Path) -> dict[str, str]:
     return records
 
 
+def locked_dependency(stage: str, path: str, root: Path) -> str:
+    """``"md5:<digest>"`` that ``root/dvc.lock`` records for ``stage``'s dependency ``path`` (the input its last run
+    read), or "" where there is none."""
+    try:
+        deps = (yaml.load((root / "dvc.lock").read_text(), Loader=_YAML_LOADER) or {})["stages"][stage]["deps"]
+    except (OSError, KeyError, TypeError):
+        return ""
+    return next((f"md5:{d['md5']}" for d in deps if d.get("path") == path and d.get("md5")), "")
+
+
 def _byte_code(path: Path) -> bool:
     """Python's __pycache__ files, which .dvcignore keeps out of DVC's hashes too."""
     return path.suffix == ".pyc" or "__pycache__" in path.parts
