@@ -18,6 +18,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -54,10 +55,12 @@ class Unlabelled:
 
 @dataclass(frozen=True)
 class Hub:
-    """Where ``minibert data add --hub`` took the files from: a Hub dataset id (or local folder) and the revision."""
+    """The Hub dataset the description's folder comes from (``minibert data add --hub`` writes it): under
+    ``data.source: hub`` the folder is fetched from it (``pipeline.hub.fetch_sources``) instead of pulled."""
 
-    id: str
-    revision: str | None = None
+    id: str  # a Hub dataset id (or a local folder datasets.load_dataset reads)
+    revision: str | None = None  # a commit sha or tag; None: data.hub_revision, else the default branch
+    layout: Literal["parquet", "glue_tsv", "aclimdb_jsonl"] = "parquet"  # how its splits become files (pipeline.hub.LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,7 @@ class Description:
     group: str | None = None  # a column whose equal values stay on one side of a carved split, or "phrases"
     unlabelled: Unlabelled | None = None
     intermediate: str | None = None  # another description learnt from first (same class names)
-    hub: Hub | None = None  # the source its files were exported from (provenance; the files are what is read)
+    hub: Hub | None = None  # where its folder comes from under data.source: hub (the files are what is read)
     name: str = field(default="", compare=False)  # the file's stem, set by ``load``
 
     def __post_init__(self) -> None:
@@ -140,6 +143,30 @@ def load(name: str, root: Path = DESCRIPTIONS) -> Description:
     return Description(**{**spec.__dict__, "name": name})
 
 
+def needed_folders(name: str, root: Path = DESCRIPTIONS) -> list[str]:
+    """The ``data/raw/`` folders the dataset ``name`` reads: its own, its unlabelled texts' and its intermediate task's."""
+    spec = load(name, root)
+    return sorted({*spec.folders(), *(load(spec.intermediate, root).folders() if spec.intermediate else ())})
+
+
+def hub_sources(name: str, root: Path = DESCRIPTIONS) -> dict[str, Hub]:
+    """Folder -> Hub source for the folders dataset ``name`` reads that a description with a ``hub`` key owns
+    (its labelled files lie there: the IMDb description owns ``imdb/``, whose unlabelled reviews SST-2 reads too).
+    A folder no such description owns is absent: it comes from the DVC remote. ConfigError if two disagree."""
+    owners: dict[str, tuple[Hub, Path]] = {}
+    for path in sorted(root.glob("*.yaml")):
+        spec = load(path.stem, root)
+        if spec.hub is None:
+            continue
+        labelled = [*spec.files.train, *spec.files.validation, *spec.files.test]
+        for folder in sorted({Path(p).parts[0] for p in labelled}):
+            hub, owner = owners.setdefault(folder, (spec.hub, path))
+            if hub != spec.hub:
+                raise ConfigError(f"{path}: hub: data/raw/{folder}/ already comes from {hub.id} ({owner}); "
+                                  "give a folder one Hub source")
+    return {folder: owners[folder][0] for folder in needed_folders(name, root) if folder in owners}
+
+
 def dump(spec: Description) -> str:
     """The description as YAML (what ``load`` reads back), without empty keys."""
     files = {split: list(getattr(spec.files, split)) for split in SPLITS if getattr(spec.files, split)}
@@ -153,6 +180,8 @@ def dump(spec: Description) -> str:
         out["intermediate"] = spec.intermediate
     if spec.hub:
         out["hub"] = {"id": spec.hub.id, "revision": spec.hub.revision}
+        if spec.hub.layout != "parquet":
+            out["hub"]["layout"] = spec.hub.layout
     return yaml.safe_dump(out, sort_keys=False, allow_unicode=True)
 
 

@@ -1,14 +1,17 @@
-"""Raw data from the Hugging Face Hub, written in the layout of the local DVC mirror.
+"""Raw data from the Hugging Face Hub: the ``data.source: hub`` way to ``data/raw/`` for users with a
+network, instead of ``dvc pull``, and what ``minibert data add --hub`` exports.
 
-Another way to get ``data/raw/`` for users with a network, instead of ``dvc pull``. It follows
-the mirror described in ``shared/data/README.md``: GLUE's SST-2 TSV files and the IMDb JSON Lines
-made from aclImdb v1.0, so every later stage reads either source with the same code::
+A dataset description (``pipeline.datasets``) may name the Hub dataset its folder comes from
+(``hub: {id, revision, layout}``); ``fetch_sources`` writes each such folder. The layout says how the
+Hub's splits become files (``LAYOUTS``): ``parquet`` writes ``<split>.parquet`` with every column; the
+other two write the formats of the DVC mirror described in ``shared/data/README.md``, GLUE's TSV
+files and aclImdb's JSON Lines, so a description reads either source with the same code::
 
-    sst2/train.tsv, dev.tsv    header "sentence<TAB>label", one "<sentence><TAB><0|1>" a line
-    sst2/test.tsv              header "index<TAB>sentence", no labels
-    imdb/{train,test,unsup}.jsonl.gz
-                               one {"id", "label", "rating", "text"} object a line, UTF-8 kept
-                               unescaped (json.dumps(ensure_ascii=False)), gzip level 9, mtime 0
+    glue_tsv        train.tsv, dev.tsv   header "sentence<TAB>label", one "<sentence><TAB><0|1>" a line
+                    test.tsv             header "index<TAB>sentence", no labels
+    aclimdb_jsonl   {train,test,unsup}.jsonl.gz
+                                         one {"id", "label", "rating", "text"} object a line, UTF-8 kept
+                                         unescaped (json.dumps(ensure_ascii=False)), gzip level 9, mtime 0
 
 SST-2 text is written exactly as the Hub gives it (GLUE keeps a space before the tab; nothing is
 stripped or added); a sentence containing a tab, CR or newline is refused, since GLUE's TSV has no
@@ -24,8 +27,8 @@ quoting to carry one. Departures from the mirror, all on IMDb, because the Hub c
    header as the mirror's); the mirror's were made by GNU ``gzip -9 -n``, so the compressed bytes
    and their sha256 differ while the decompressed text has the same format.
 
-Writes are atomic per dataset folder: every file is written into a hidden temporary folder beside
-the target, and only when all of them are complete is the old folder swapped out and removed. A
+Writes are atomic per folder and all or nothing across folders: every file is written into a hidden
+temporary folder beside its target, and only when all of them are complete are the old folders swapped out. A
 failure leaves an existing layout untouched and no partial one behind. The target folder is
 replaced as a whole (it holds exactly the layout, as DVC tracks it); new files are written, never
 old ones overwritten in place, so files that DVC linked from its cache are never modified.
@@ -45,8 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SST2_ID = "stanfordnlp/sst2"
-IMDB_ID = "stanfordnlp/imdb"
 _BATCH = 10_000  # rows read from Arrow at a time
 _TRUE = {"1", "ON", "YES", "TRUE"}  # how huggingface_hub reads its boolean variables
 _TSV_FORBIDDEN = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
@@ -264,99 +265,102 @@ def _commit(tmp: Path, target: Path) -> None:
 # --- public API ----------------------------------------------------------------------------------
 
 
-def fetch_sst2(
-    out_dir: Path, dataset_id: str = SST2_ID, revision: str | None = None, *, cache_dir: Path | None = None
-) -> dict[str, int]:
-    """Write ``out_dir/{train,dev,test}.tsv`` from GLUE SST-2 on the Hub; rows per file.
-
-    ``dataset_id`` is a Hub id or a local folder laid out like the Hub repo (``data/train-00000-
-    of-00001.parquet``, ...); it needs splits train, validation, test with columns sentence, label
-    (train, validation) and idx, sentence (test). ``revision`` pins a branch, tag or commit.
-    ``cache_dir`` is passed to ``datasets.load_dataset`` (default: the ``datasets`` cache).
-    Raises ValueError for a missing split or column, a label outside {0, 1} or a sentence that
-    the TSV cannot hold; ConnectionError / FileNotFoundError when the dataset cannot be loaded.
-    """
-    out_dir = Path(out_dir)
-    loaded = _load(dataset_id, revision, cache_dir)
-    _check(dataset_id, loaded, SST2_FILES, "GLUE SST-2 (stanfordnlp/sst2)")
-    tmp, counts = _staged(out_dir, lambda folder: _write_sst2(dataset_id, loaded, folder))
-    _commit(tmp, out_dir)
+def _write_parquet(dataset_id: str, loaded: Mapping[str, Any], folder: Path) -> dict[str, int]:
+    """Every split as ``folder/<split>.parquet``, every column kept (what ``minibert data add --hub`` brings in)."""
+    counts = {}
+    for split, dataset in loaded.items():
+        dataset.to_pandas().to_parquet(folder / f"{split}.parquet", index=False)
+        counts[f"{split}.parquet"] = len(dataset)
     return counts
 
 
-def fetch_imdb(
-    out_dir: Path, dataset_id: str = IMDB_ID, revision: str | None = None, *, cache_dir: Path | None = None
-) -> dict[str, int]:
-    """Write ``out_dir/{train,test,unsup}.jsonl.gz`` from IMDb on the Hub; rows per file.
+@dataclass(frozen=True)
+class _Layout:
+    files: Mapping[str, _FileSpec] | None  # the splits and columns it needs; None: whatever the dataset has
+    write: Callable[[str, Mapping[str, Any], Path], dict[str, int]]
+    reference: str  # how an error names what was expected
 
-    ``dataset_id`` is a Hub id or a local folder laid out like the Hub repo; it needs splits
-    train, test, unsupervised with columns text, label (0/1; -1 in unsupervised). The Hub copy
-    lacks aclImdb's review ids and ratings: ``id`` is ``"{split}/{row}"`` and ``rating`` is 0
-    (see the module docstring). Raises as ``fetch_sst2``.
-    """
-    out_dir = Path(out_dir)
+
+# A Hub source's ``layout`` (``pipeline.datasets.Hub``): how its splits become the files of one data/raw folder.
+# glue_tsv and aclimdb_jsonl write the DVC mirror's formats, so a description reads either source unchanged.
+LAYOUTS: dict[str, _Layout] = {
+    "parquet": _Layout(None, _write_parquet, "any splits"),
+    "glue_tsv": _Layout(SST2_FILES, _write_sst2, "GLUE SST-2 (stanfordnlp/sst2)"),
+    "aclimdb_jsonl": _Layout(IMDB_FILES, _write_imdb, "IMDb (stanfordnlp/imdb)"),
+}
+
+
+def _loaded(dataset_id: str, layout: str, revision: str | None, cache_dir: Path | None) -> tuple[Mapping[str, Any], _Layout]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {sorted(LAYOUTS)}")
+    spec = LAYOUTS[layout]
     loaded = _load(dataset_id, revision, cache_dir)
-    _check(dataset_id, loaded, IMDB_FILES, "IMDb (stanfordnlp/imdb)")
-    tmp, counts = _staged(out_dir, lambda folder: _write_imdb(dataset_id, loaded, folder))
-    _commit(tmp, out_dir)
-    return counts
+    if spec.files is not None:
+        _check(dataset_id, loaded, spec.files, spec.reference)
+    return loaded, spec
 
 
-def fetch_all(
-    raw_dir: Path,
-    sst2_id: str = SST2_ID,
-    imdb_id: str = IMDB_ID,
-    revision: str | None = None,
-    *,
-    cache_dir: Path | None = None,
-) -> dict[str, dict[str, int]]:
-    """Write ``raw_dir/sst2/`` and ``raw_dir/imdb/``; rows per file, keyed by dataset.
+def fetch(out_dir: Path, dataset_id: str, layout: str, revision: str | None = None, *,
+          cache_dir: Path | None = None) -> dict[str, int]:
+    """Write the files of ``layout`` (``LAYOUTS``) from ``dataset_id`` into ``out_dir``, replacing it whole; rows per file.
 
-    Both datasets are loaded, checked and written to temporary folders before either target is
-    replaced, so a failure in either leaves both old layouts as they were. ``revision`` applies to
-    both repos: give a branch or tag name; to pin commits, call the two fetchers separately.
+    ``dataset_id`` is a Hub id or a local folder laid out like a Hub repo (``data/train-00000-of-00001.parquet``,
+    ...); ``revision`` pins a branch, tag or commit; ``cache_dir`` goes to ``datasets.load_dataset``.
+    glue_tsv needs splits train, validation, test with columns sentence, label (test: idx, sentence);
+    aclimdb_jsonl splits train, test, unsupervised with columns text, label (0/1; -1 unsupervised): its ``id``
+    is ``"{split}/{row}"`` and ``rating`` 0 (the module docstring). Raises ValueError for a missing split or
+    column, a label outside the layout's or a text its format cannot hold; ConnectionError /
+    FileNotFoundError when the dataset cannot be loaded.
+    """
+    return fetch_sources(Path(out_dir).parent, {Path(out_dir).name: (dataset_id, layout, revision)}, cache_dir=cache_dir)[
+        Path(out_dir).name]
+
+
+def fetch_sources(raw_dir: Path, sources: Mapping[str, tuple[str, str, str | None]], *,
+                  cache_dir: Path | None = None) -> dict[str, dict[str, int]]:
+    """``raw_dir/<folder>`` for each ``folder -> (dataset id, layout, revision)``; rows per file, keyed by folder.
+
+    Every dataset is loaded, checked and written to a temporary folder before any target is replaced, so
+    a failure in one leaves every old folder as it was.
     """
     raw_dir = Path(raw_dir)
-    sst2 = _load(sst2_id, revision, cache_dir)
-    _check(sst2_id, sst2, SST2_FILES, "GLUE SST-2 (stanfordnlp/sst2)")
-    imdb = _load(imdb_id, revision, cache_dir)
-    _check(imdb_id, imdb, IMDB_FILES, "IMDb (stanfordnlp/imdb)")
-    sst2_tmp, sst2_counts = _staged(raw_dir / "sst2", lambda folder: _write_sst2(sst2_id, sst2, folder))
+    loaded = {folder: _loaded(dataset_id, layout, revision, cache_dir) for folder, (dataset_id, layout, revision) in sources.items()}
+    staged: dict[str, tuple[Path, dict[str, int]]] = {}
     try:
-        imdb_tmp, imdb_counts = _staged(raw_dir / "imdb", lambda folder: _write_imdb(imdb_id, imdb, folder))
+        for folder, (data, spec) in loaded.items():
+            dataset_id = sources[folder][0]
+            staged[folder] = _staged(raw_dir / folder, lambda target, d=data, w=spec.write, i=dataset_id: w(i, d, target))
     except BaseException:
-        shutil.rmtree(sst2_tmp, ignore_errors=True)
+        for tmp, _ in staged.values():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _commit(sst2_tmp, raw_dir / "sst2")
-    _commit(imdb_tmp, raw_dir / "imdb")
-    return {"sst2": sst2_counts, "imdb": imdb_counts}
+    for folder, (tmp, _) in staged.items():
+        _commit(tmp, raw_dir / folder)
+    return {folder: counts for folder, (_, counts) in staged.items()}
 
 
 def export_splits(dataset_id: str, revision: str | None, folder: Path, *, cache_dir: Path | None = None) -> list[Path]:
     """Any dataset's splits (``datasets.load_dataset``: a Hub id at ``revision``, or a local folder) written as
     ``folder/<split>.parquet``, one file a split, every column kept: the files ``minibert data add --hub`` brings in."""
-    loaded = _load(dataset_id, revision, cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for split, dataset in loaded.items():
-        path = folder / f"{split}.parquet"
-        dataset.to_pandas().to_parquet(path, index=False)
-        paths.append(path)
-    return paths
+    counts = _write_parquet(dataset_id, _load(dataset_id, revision, cache_dir), folder)
+    return [folder / name for name in counts]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.hub --raw-dir data/raw``: fetch both datasets, print rows per file."""
+    """``python -m pipeline.hub --dataset NAME``: fetch the Hub sources of the folders a dataset reads, print rows per file."""
+    from pipeline import datasets
+
     parser = argparse.ArgumentParser(prog="python -m pipeline.hub", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", required=True, help="a description in datasets/ (with its intermediate task)")
     parser.add_argument("--raw-dir", type=Path, default=Path("data/raw"))
-    parser.add_argument("--sst2-id", default=SST2_ID)
-    parser.add_argument("--imdb-id", default=IMDB_ID)
-    parser.add_argument("--revision", default=None)
+    parser.add_argument("--revision", default=None, help="for a source whose description pins none")
     args = parser.parse_args(argv)
-    counts = fetch_all(args.raw_dir, args.sst2_id, args.imdb_id, args.revision)
-    for dataset, files in counts.items():
+    sources = {folder: (hub.id, hub.layout, hub.revision or args.revision)
+               for folder, hub in datasets.hub_sources(args.dataset).items()}
+    for folder, files in fetch_sources(args.raw_dir, sources).items():
         for name, rows in files.items():
-            print(f"{args.raw_dir / dataset / name}: {rows} rows")
+            print(f"{args.raw_dir / folder / name}: {rows} rows")
     return 0
 
 

@@ -31,16 +31,23 @@ def tool_env() -> dict[str, str]:
 
 
 def fetch_data(data: DataParams) -> None:
-    """Make data/raw hold every DVC-tracked dataset folder (``data/raw/*.dvc``; prepare's dependency is the whole
-    folder): `dvc pull` from the mirror remote, or SST-2 and IMDb from the Hugging Face Hub followed by `dvc add`
-    (so the Hub copy is versioned like the mirror's)."""
-    if data.source == "mirror":
-        subprocess.run(["dvc", "pull", "--quiet", *sorted(str(p) for p in RAW.glob("*.dvc"))], check=True, env=tool_env())
-        return
-    from pipeline.hub import fetch_all
+    """Make data/raw hold the DVC-tracked dataset folders (``data/raw/*.dvc``; prepare's dependency is the whole
+    folder): `dvc pull` from the mirror remote; or, with ``data.source: hub``, the folders of the active dataset
+    whose descriptions name a Hub source fetched from it and `dvc add`ed (so the Hub copy is versioned like the
+    mirror's), its other folders pulled."""
+    pulled = sorted(str(p) for p in RAW.glob("*.dvc"))
+    if data.source == "hub":
+        from pipeline.hub import fetch_sources
 
-    fetch_all(RAW, revision=data.hub_revision)
-    subprocess.run(["dvc", "add", "--quiet", str(RAW / "sst2"), str(RAW / "imdb")], check=True, env=tool_env())
+        sources = datasets.hub_sources(data.dataset)
+        fetch_sources(RAW, {folder: (hub.id, hub.layout, hub.revision or data.hub_revision) for folder, hub in sources.items()})
+        fetched = [str(RAW / folder) for folder in sources]
+        if fetched:
+            subprocess.run(["dvc", "add", "--quiet", *fetched], check=True, env=tool_env())
+        pulled = [str(RAW / f"{folder}.dvc") for folder in datasets.needed_folders(data.dataset)
+                  if folder not in sources and (RAW / f"{folder}.dvc").is_file()]
+    if pulled:
+        subprocess.run(["dvc", "pull", "--quiet", *pulled], check=True, env=tool_env())
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")  # a dataset's (and a descriptio
 @dataclass(frozen=True)
 class DataParams:
     dataset: str = "sst2"  # what is trained and evaluated: the description datasets/<dataset>.yaml (pipeline.datasets)
-    source: Literal["mirror", "hub"] = "mirror"  # mirror: dvc pull from the DVC remote; hub: datasets.load_dataset
-    hub_revision: str | None = None  # pin a Hub commit for reproducibility
+    source: Literal["mirror", "hub"] = "mirror"  # mirror: dvc pull; hub: the descriptions' Hub sources (pipeline.hub)
+    hub_revision: str | None = None  # for a Hub source whose description pins no revision
 
     def __post_init__(self) -> None:
         if not NAME.fullmatch(self.dataset):

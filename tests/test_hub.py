@@ -1,4 +1,5 @@
-"""pipeline.hub against small local folders laid out like the two Hub repos (offline).
+"""pipeline.hub against small local folders laid out like the two Hub repos (offline), and the
+descriptions' Hub sources that ``data.source: hub`` fetches.
 
 The rows are hand-written. Where the DVC mirror is present (../shared/data), the file formats are
 also compared with it; otherwise with literals.
@@ -128,7 +129,7 @@ def read_jsonl_gz(path: Path) -> list[str]:
 def test_sst2_files_match_the_mirror_format(tmp_path: Path) -> None:
     src = make_sst2(tmp_path / "hub_sst2")
     out = tmp_path / "raw" / "sst2"
-    counts = hub.fetch_sst2(out, str(src), cache_dir=tmp_path / "cache")
+    counts = hub.fetch(out, str(src), "glue_tsv", cache_dir=tmp_path / "cache")
 
     assert counts == {"train.tsv": 4, "dev.tsv": 3, "test.tsv": 2}
     assert sorted(p.name for p in out.iterdir()) == ["dev.tsv", "test.tsv", "train.tsv"]
@@ -146,7 +147,7 @@ def test_sst2_files_match_the_mirror_format(tmp_path: Path) -> None:
 
 def test_sst2_lines_keep_the_space_before_the_tab(tmp_path: Path) -> None:
     out = tmp_path / "sst2"
-    hub.fetch_sst2(out, str(make_sst2(tmp_path / "src")), cache_dir=tmp_path / "cache")
+    hub.fetch(out, str(make_sst2(tmp_path / "src")), "glue_tsv", cache_dir=tmp_path / "cache")
     first = (out / "train.tsv").read_text(encoding="utf-8").split("\n")[1]
     assert first == "a gentle , funny film about grief \t1"
     shape = r"[^\t\n]+ \t[01]\n?"  # text, GLUE's space, tab, label
@@ -160,7 +161,7 @@ def test_sst2_lines_keep_the_space_before_the_tab(tmp_path: Path) -> None:
 
 def test_imdb_files_match_the_mirror_format(tmp_path: Path) -> None:
     out = tmp_path / "raw" / "imdb"
-    counts = hub.fetch_imdb(out, str(make_imdb(tmp_path / "hub_imdb")), cache_dir=tmp_path / "cache")
+    counts = hub.fetch(out, str(make_imdb(tmp_path / "hub_imdb")), "aclimdb_jsonl", cache_dir=tmp_path / "cache")
 
     assert counts == {"train.jsonl.gz": 3, "test.jsonl.gz": 2, "unsup.jsonl.gz": 4}
     assert sorted(p.name for p in out.iterdir()) == ["test.jsonl.gz", "train.jsonl.gz", "unsup.jsonl.gz"]
@@ -198,7 +199,7 @@ def test_imdb_files_match_the_mirror_format(tmp_path: Path) -> None:
 
 def test_imdb_text_survives_the_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "imdb"
-    hub.fetch_imdb(out, str(make_imdb(tmp_path / "src")), cache_dir=tmp_path / "cache")
+    hub.fetch(out, str(make_imdb(tmp_path / "src")), "aclimdb_jsonl", cache_dir=tmp_path / "cache")
     raw = read_jsonl_gz(out / "train.jsonl.gz")
     assert "<br /><br />" in raw[0]  # tags written as-is, not escaped
     assert "with\\tno thrills.\\nSkip it \\\\ seriously." in raw[1]  # tab, newline, backslash escaped
@@ -238,7 +239,7 @@ def test_sst2_sentence_the_tsv_cannot_hold_raises_naming_the_row(tmp_path: Path,
     src = make_sst2(tmp_path / "src", rows)
     out = tmp_path / "raw" / "sst2"
     with pytest.raises(ValueError, match=rf"split 'validation', row 1: the text contains {name}"):
-        hub.fetch_sst2(out, str(src), cache_dir=tmp_path / "cache")
+        hub.fetch(out, str(src), "glue_tsv", cache_dir=tmp_path / "cache")
     assert not out.exists()
     assert list((tmp_path / "raw").iterdir()) == []  # the temporary folder is gone too
 
@@ -247,7 +248,7 @@ def test_sst2_sentence_the_tsv_cannot_hold_raises_naming_the_row(tmp_path: Path,
 def test_sst2_missing_column_raises_naming_it(tmp_path: Path, column: str) -> None:
     src = make_sst2(tmp_path / "src", drop=column)
     with pytest.raises(ValueError, match=rf"src, split 'train': column '{column}' is missing") as err:
-        hub.fetch_sst2(tmp_path / "sst2", str(src), cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "sst2", str(src), "glue_tsv", cache_dir=tmp_path / "cache")
     assert "stanfordnlp/sst2" in str(err.value)  # the fix names the expected dataset
     assert not (tmp_path / "sst2").exists()
 
@@ -258,7 +259,7 @@ def test_split_files_with_different_columns_raise_naming_the_dataset(tmp_path: P
         src / "data" / "train-00000-of-00001.parquet"
     )
     with pytest.raises(ValueError, match=r"src: its data files do not load as one table .*same columns"):
-        hub.fetch_sst2(tmp_path / "sst2", str(src), cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "sst2", str(src), "glue_tsv", cache_dir=tmp_path / "cache")
     assert not (tmp_path / "sst2").exists()
 
 
@@ -270,20 +271,20 @@ def test_imdb_missing_column_raises_naming_it(tmp_path: Path) -> None:
             src / "data" / f"{split}-00000-of-00001.parquet"
         )
     with pytest.raises(ValueError, match=r"split 'train': column 'text' is missing \(found: review, label\)"):
-        hub.fetch_imdb(tmp_path / "imdb", str(src), cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "imdb", str(src), "aclimdb_jsonl", cache_dir=tmp_path / "cache")
 
 
 def test_imdb_without_its_readme_loses_the_unsupervised_split(tmp_path: Path) -> None:
     """plain_text/unsupervised-* matches none of datasets' default split patterns: only the README maps it."""
     src = make_imdb(tmp_path / "src", readme=False)
     with pytest.raises(ValueError, match=r"split 'unsupervised' is missing \(found: test, train\)"):
-        hub.fetch_imdb(tmp_path / "imdb", str(src), cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "imdb", str(src), "aclimdb_jsonl", cache_dir=tmp_path / "cache")
 
 
 def test_imdb_unexpected_label_raises_naming_the_row(tmp_path: Path) -> None:
     rows = {**IMDB_ROWS, "train": [("fine", 1), ("odd", -1)]}
     with pytest.raises(ValueError, match=r"split 'train', row 1: label -1 is not one of \[0, 1\]"):
-        hub.fetch_imdb(tmp_path / "imdb", str(make_imdb(tmp_path / "src", rows)), cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "imdb", str(make_imdb(tmp_path / "src", rows)), "aclimdb_jsonl", cache_dir=tmp_path / "cache")
 
 
 # --- atomic replacement --------------------------------------------------------------------------
@@ -291,12 +292,12 @@ def test_imdb_unexpected_label_raises_naming_the_row(tmp_path: Path) -> None:
 
 def test_failed_fetch_keeps_the_prior_layout(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
-    hub.fetch_sst2(raw / "sst2", str(make_sst2(tmp_path / "good")), cache_dir=tmp_path / "cache")
+    hub.fetch(raw / "sst2", str(make_sst2(tmp_path / "good")), "glue_tsv", cache_dir=tmp_path / "cache")
     before = snapshot(raw / "sst2")
     # test.tsv is written last: train.tsv and dev.tsv are already complete when this row fails.
     bad = {**SST2_ROWS, "train": [("new text ", 1)], "test": [("ok .", -1), ("tab\there .", -1)]}
     with pytest.raises(ValueError, match=r"split 'test', row 1 \(idx 1\)"):
-        hub.fetch_sst2(raw / "sst2", str(make_sst2(tmp_path / "bad", bad)), cache_dir=tmp_path / "cache")
+        hub.fetch(raw / "sst2", str(make_sst2(tmp_path / "bad", bad)), "glue_tsv", cache_dir=tmp_path / "cache")
     assert snapshot(raw / "sst2") == before
     assert [p.name for p in raw.iterdir()] == ["sst2"]  # no partial or old folder left beside it
 
@@ -306,26 +307,81 @@ def test_successful_fetch_replaces_the_whole_folder(tmp_path: Path) -> None:
     out.mkdir(parents=True)
     (out / "train.tsv").write_text("sentence\tlabel\nstale \t0\n", encoding="utf-8")
     (out / "stale.txt").write_text("from an older layout", encoding="utf-8")
-    hub.fetch_sst2(out, str(make_sst2(tmp_path / "src")), cache_dir=tmp_path / "cache")
+    hub.fetch(out, str(make_sst2(tmp_path / "src")), "glue_tsv", cache_dir=tmp_path / "cache")
     assert sorted(p.name for p in out.iterdir()) == ["dev.tsv", "test.tsv", "train.tsv"]
     assert "stale" not in (out / "train.tsv").read_text(encoding="utf-8")
     assert [p.name for p in out.parent.iterdir()] == ["sst2"]
 
 
-def test_fetch_all_writes_both_or_neither(tmp_path: Path) -> None:
+def test_fetch_sources_writes_every_folder_or_none(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
-    counts = hub.fetch_all(
-        raw, str(make_sst2(tmp_path / "sst2_src")), str(make_imdb(tmp_path / "imdb_src")), cache_dir=tmp_path / "c"
-    )
+    sources = {"sst2": (str(make_sst2(tmp_path / "sst2_src")), "glue_tsv", None),
+               "imdb": (str(make_imdb(tmp_path / "imdb_src")), "aclimdb_jsonl", None)}
+    counts = hub.fetch_sources(raw, sources, cache_dir=tmp_path / "c")
     assert counts["sst2"]["dev.tsv"] == 3 and counts["imdb"]["unsup.jsonl.gz"] == 4
     before = {name: snapshot(raw / name) for name in ("sst2", "imdb")}
 
     new_sst2 = make_sst2(tmp_path / "sst2_new", {**SST2_ROWS, "train": [("only one row ", 1)]})
     bad_imdb = make_imdb(tmp_path / "imdb_bad", {**IMDB_ROWS, "unsupervised": [("x", -1), ("y", 1)]})
     with pytest.raises(ValueError, match=r"split 'unsupervised', row 1: label 1 is not one of \[-1\]"):
-        hub.fetch_all(raw, str(new_sst2), str(bad_imdb), cache_dir=tmp_path / "c")
+        hub.fetch_sources(raw, {"sst2": (str(new_sst2), "glue_tsv", None), "imdb": (str(bad_imdb), "aclimdb_jsonl", None)},
+                          cache_dir=tmp_path / "c")
     assert {name: snapshot(raw / name) for name in ("sst2", "imdb")} == before  # sst2 not replaced either
     assert sorted(p.name for p in raw.iterdir()) == ["imdb", "sst2"]
+
+
+def test_parquet_layout_keeps_every_split_and_column(tmp_path: Path) -> None:
+    counts = hub.fetch(tmp_path / "raw" / "mine", str(make_sst2(tmp_path / "src")), "parquet", cache_dir=tmp_path / "c")
+    assert counts == {"train.parquet": 4, "validation.parquet": 3, "test.parquet": 2}
+    import pandas as pd
+
+    table = pd.read_parquet(tmp_path / "raw" / "mine" / "validation.parquet")
+    assert list(table.columns) == ["idx", "sentence", "label"] and table["sentence"].tolist() == [s for s, _ in SST2_ROWS["validation"]]
+    with pytest.raises(ValueError, match="layout 'csv' is not one of"):
+        hub.fetch(tmp_path / "raw" / "other", str(tmp_path / "src"), "csv", cache_dir=tmp_path / "c")
+
+
+def describe(root: Path, name: str, body: str) -> None:
+    (root / "datasets").mkdir(parents=True, exist_ok=True)
+    (root / "datasets" / f"{name}.yaml").write_text(body)
+
+
+def test_the_folders_a_dataset_reads_come_from_the_descriptions_that_own_them(tmp_path: Path) -> None:
+    from minibert.validation import ConfigError
+    from pipeline.datasets import Hub, hub_sources
+
+    describe(tmp_path, "reviews", "files: {train: [rev/train.jsonl.gz], test: [rev/test.jsonl.gz]}\ntext: text\nlabel: label\n"
+             "labels: {0: neg, 1: pos}\nunlabelled: {files: [rev/unsup.jsonl.gz]}\nhub: {id: org/reviews, layout: aclimdb_jsonl}\n")
+    describe(tmp_path, "phrases", "files: {train: [ph/train.tsv], test: [ph/dev.tsv]}\ntext: sentence\nlabel: label\n"
+             "labels: {0: neg, 1: pos}\nintermediate: reviews\nhub: {id: org/phrases, revision: v1, layout: glue_tsv}\n")
+    describe(tmp_path, "questions", "files: {train: [q/train.csv]}\ntext: question\nlabel: category\nlabels: [A, B]\n"
+             "unlabelled: {files: [rev/unsup.jsonl.gz]}\n")
+    root = tmp_path / "datasets"
+    assert hub_sources("phrases", root) == {"ph": Hub("org/phrases", "v1", "glue_tsv"), "rev": Hub("org/reviews", None, "aclimdb_jsonl")}
+    # its own folder has no Hub source (it is pulled); the reviews it pretrains on come from theirs
+    assert hub_sources("questions", root) == {"rev": Hub("org/reviews", None, "aclimdb_jsonl")}
+    describe(tmp_path, "copy", "files: {train: [rev/train.jsonl.gz]}\ntext: text\nlabel: label\nlabels: {0: neg, 1: pos}\n"
+             "hub: {id: someone/else}\n")
+    with pytest.raises(ConfigError, match=r"reviews.yaml: hub: data/raw/rev/ already comes from someone/else \(.*copy.yaml\)"):
+        hub_sources("questions", root)
+
+
+def test_data_source_hub_fetches_the_described_folders_and_versions_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    from pipeline.orchestration import fetch_data, tool_env
+    from pipeline.params import DataParams
+
+    describe(tmp_path, "phrases", "files: {train: [ph/train.tsv], test: [ph/dev.tsv]}\ntext: sentence\nlabel: label\n"
+             f"labels: {{0: neg, 1: pos}}\nhub: {{id: {make_sst2(tmp_path / 'src')}, layout: glue_tsv}}\n")
+    monkeypatch.chdir(tmp_path)
+    subprocess.run(["dvc", "init", "--no-scm", "--quiet"], check=True, env=tool_env())
+    (tmp_path / "data" / "raw").mkdir(parents=True)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    fetch_data(DataParams(dataset="phrases", source="hub"))
+    assert sorted(p.name for p in (tmp_path / "data" / "raw").iterdir()) == ["ph", "ph.dvc"]  # no git here: no .gitignore
+    assert (tmp_path / "data" / "raw" / "ph" / "dev.tsv").read_text(encoding="utf-8").splitlines()[0] == "sentence\tlabel"
+    assert "md5:" in (tmp_path / "data" / "raw" / "ph.dvc").read_text()
 
 
 # --- the Hub itself, offline ---------------------------------------------------------------------
@@ -334,7 +390,7 @@ def test_fetch_all_writes_both_or_neither(tmp_path: Path) -> None:
 def test_unknown_hub_id_offline_fails_fast_and_clearly(tmp_path: Path) -> None:
     start = time.perf_counter()
     with pytest.raises(ConnectionError) as err:
-        hub.fetch_imdb(tmp_path / "imdb", "no-such-org/no-such-imdb", cache_dir=tmp_path / "cache")
+        hub.fetch(tmp_path / "imdb", "no-such-org/no-such-imdb", "aclimdb_jsonl", cache_dir=tmp_path / "cache")
     elapsed = time.perf_counter() - start
     message = str(err.value)
     assert "'no-such-org/no-such-imdb'" in message
