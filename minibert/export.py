@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from minibert.files import atomic_output
 from minibert.model import SequenceClassifier
+from minibert.onnx_deps import import_onnx, import_onnxruntime
 from minibert.ort_fusion import fused_attention as fuse_attention
 
 if TYPE_CHECKING:  # for annotations only; never imported at run time here
@@ -59,24 +60,6 @@ _TORCHSCRIPT_WARNINGS = (
     r"You are using the legacy TorchScript-based ONNX export",
     r"The feature will be removed",
 )
-
-
-def import_onnx() -> Any:
-    """The ``onnx`` module, or an ImportError that says what to install."""
-    try:
-        import onnx
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("ONNX export needs onnx: pip install 'onnx>=1.23'") from err
-    return onnx
-
-
-def import_onnxruntime() -> Any:
-    """The ``onnxruntime`` module, or an ImportError that says what to install."""
-    try:
-        import onnxruntime
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("ONNX Runtime inference needs onnxruntime: pip install 'onnxruntime>=1.32'") from err
-    return onnxruntime
 
 
 @contextmanager

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from minibert.attention import SelfAttention, sdpa_attention
 from minibert.files import atomic_output
+from minibert.onnx_deps import import_onnx, import_onnxruntime
 
 ONNX_INT32 = 6  # onnx.TensorProto.INT32, without importing onnx here
 
@@ -96,8 +97,6 @@ def optimize_for_ort(
     opt_level 0: only the optimiser's own fusions are written, so the file stays portable across
     ORT builds; the session applies its hardware-specific graph optimisations when it loads.
     """
-    from minibert.export import import_onnxruntime
-
     import_onnxruntime()
     from onnxruntime.transformers.optimizer import optimize_model
 
@@ -109,8 +108,6 @@ def optimize_for_ort(
 
 def fused_operator_counts(path: str | os.PathLike[str]) -> dict[str, int]:
     """How many nodes of each operator type the ONNX file at ``path`` holds."""
-    from minibert.export import import_onnx
-
     graph = import_onnx().load(str(path), load_external_data=False).graph
     counts: dict[str, int] = {}
     for node in graph.node:

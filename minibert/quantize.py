@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from minibert.export import import_onnx, import_onnxruntime
 from minibert.files import atomic_output
+from minibert.onnx_deps import import_onnx, import_onnxruntime
 
 # torch 2.13's notices on torch.ao.quantization and quantized tensors, matched by message start.
 _QUANTIZATION_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
