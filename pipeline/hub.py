@@ -265,10 +265,15 @@ def _commit(tmp: Path, target: Path) -> None:
 # --- public API ----------------------------------------------------------------------------------
 
 
+UNLABELLED_SPLITS = frozenset({"unsupervised"})  # Hub splits without labels (IMDb's): not a labelled file to add
+
+
 def _write_parquet(dataset_id: str, loaded: Mapping[str, Any], folder: Path) -> dict[str, int]:
-    """Every split as ``folder/<split>.parquet``, every column kept (what ``minibert data add --hub`` brings in)."""
+    """Every labelled split as ``folder/<split>.parquet``, every column kept (what ``minibert data add --hub`` brings in)."""
     counts = {}
     for split, dataset in loaded.items():
+        if split in UNLABELLED_SPLITS:
+            continue
         dataset.to_pandas().to_parquet(folder / f"{split}.parquet", index=False)
         counts[f"{split}.parquet"] = len(dataset)
     return counts
@@ -340,8 +345,9 @@ def fetch_sources(raw_dir: Path, sources: Mapping[str, tuple[str, str, str | Non
 
 
 def export_splits(dataset_id: str, revision: str | None, folder: Path, *, cache_dir: Path | None = None) -> list[Path]:
-    """Any dataset's splits (``datasets.load_dataset``: a Hub id at ``revision``, or a local folder) written as
-    ``folder/<split>.parquet``, one file a split, every column kept: the files ``minibert data add --hub`` brings in."""
+    """Any dataset's labelled splits (``datasets.load_dataset``: a Hub id at ``revision``, or a local folder) written as
+    ``folder/<split>.parquet``, one file a split, every column kept: the files ``minibert data add --hub`` brings in,
+    and what the ``parquet`` layout fetches again."""
     folder.mkdir(parents=True, exist_ok=True)
     counts = _write_parquet(dataset_id, _load(dataset_id, revision, cache_dir), folder)
     return [folder / name for name in counts]

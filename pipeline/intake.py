@@ -107,7 +107,7 @@ def add_from_hub(dataset_id: str, revision: str | None, text: str, label: str, n
                         "page), so that the files can be fetched again as they were")
     name = name or re.sub(r"[^A-Za-z0-9_-]+", "-", Path(dataset_id).name if local else dataset_id.split("/")[-1]).lower()
     with tempfile.TemporaryDirectory(prefix="minibert-hub-") as tmp:
-        paths = [p for p in export_splits(dataset_id, None if local else revision, Path(tmp)) if p.stem != "unsupervised"]
+        paths = export_splits(dataset_id, None if local else revision, Path(tmp))
         return add(paths, text, label, name, names, group, cfg, strict, raw, descriptions, dvc_env,
                    source=datasets.Hub(str(Path(dataset_id).resolve()) if local else dataset_id, revision))
 

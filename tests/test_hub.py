@@ -337,6 +337,9 @@ def test_parquet_layout_keeps_every_split_and_column(tmp_path: Path) -> None:
 
     table = pd.read_parquet(tmp_path / "raw" / "mine" / "validation.parquet")
     assert list(table.columns) == ["idx", "sentence", "label"] and table["sentence"].tolist() == [s for s, _ in SST2_ROWS["validation"]]
+    # an unlabelled split (IMDb's unsupervised) is not a labelled file: left out, as data add --hub leaves it
+    assert hub.fetch(tmp_path / "raw" / "reviews", str(make_imdb(tmp_path / "imdb_src")), "parquet", cache_dir=tmp_path / "c") == {
+        "train.parquet": 3, "test.parquet": 2}
     with pytest.raises(ValueError, match="layout 'csv' is not one of"):
         hub.fetch(tmp_path / "raw" / "other", str(tmp_path / "src"), "csv", cache_dir=tmp_path / "c")
 
