@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.datasets import Hub, hub_sources
+
 _BATCH = 10_000  # rows read from Arrow at a time
 _TRUE = {"1", "ON", "YES", "TRUE"}  # how huggingface_hub reads its boolean variables
 _TSV_FORBIDDEN = {"\t": "a tab", "\n": "a newline", "\r": "a carriage return"}
@@ -317,24 +319,24 @@ def fetch(out_dir: Path, dataset_id: str, layout: str, revision: str | None = No
     column, a label outside the layout's or a text its format cannot hold; ConnectionError /
     FileNotFoundError when the dataset cannot be loaded.
     """
-    return fetch_sources(Path(out_dir).parent, {Path(out_dir).name: (dataset_id, layout, revision)}, cache_dir=cache_dir)[
-        Path(out_dir).name]
+    out_dir = Path(out_dir)
+    return fetch_sources(out_dir.parent, {out_dir.name: Hub(dataset_id, revision, layout)}, cache_dir=cache_dir)[out_dir.name]
 
 
-def fetch_sources(raw_dir: Path, sources: Mapping[str, tuple[str, str, str | None]], *,
+def fetch_sources(raw_dir: Path, sources: Mapping[str, Hub], revision: str | None = None, *,
                   cache_dir: Path | None = None) -> dict[str, dict[str, int]]:
-    """``raw_dir/<folder>`` for each ``folder -> (dataset id, layout, revision)``; rows per file, keyed by folder.
+    """``raw_dir/<folder>`` from each ``folder -> Hub`` source (``pipeline.datasets.hub_sources``), at the source's
+    revision, else ``revision`` (``data.hub_revision``); rows per file, keyed by folder.
 
     Every dataset is loaded, checked and written to a temporary folder before any target is replaced, so
     a failure in one leaves every old folder as it was.
     """
     raw_dir = Path(raw_dir)
-    loaded = {folder: _loaded(dataset_id, layout, revision, cache_dir) for folder, (dataset_id, layout, revision) in sources.items()}
+    loaded = {folder: _loaded(hub.id, hub.layout, hub.revision or revision, cache_dir) for folder, hub in sources.items()}
     staged: dict[str, tuple[Path, dict[str, int]]] = {}
     try:
         for folder, (data, spec) in loaded.items():
-            dataset_id = sources[folder][0]
-            staged[folder] = _staged(raw_dir / folder, lambda target, d=data, w=spec.write, i=dataset_id: w(i, d, target))
+            staged[folder] = _staged(raw_dir / folder, lambda target, d=data, w=spec.write, i=sources[folder].id: w(i, d, target))
     except BaseException:
         for tmp, _ in staged.values():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -355,16 +357,12 @@ def export_splits(dataset_id: str, revision: str | None, folder: Path, *, cache_
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m pipeline.hub --dataset NAME``: fetch the Hub sources of the folders a dataset reads, print rows per file."""
-    from pipeline import datasets
-
     parser = argparse.ArgumentParser(prog="python -m pipeline.hub", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", required=True, help="a description in datasets/ (with its intermediate task)")
     parser.add_argument("--raw-dir", type=Path, default=Path("data/raw"))
     parser.add_argument("--revision", default=None, help="for a source whose description pins none")
     args = parser.parse_args(argv)
-    sources = {folder: (hub.id, hub.layout, hub.revision or args.revision)
-               for folder, hub in datasets.hub_sources(args.dataset).items()}
-    for folder, files in fetch_sources(args.raw_dir, sources).items():
+    for folder, files in fetch_sources(args.raw_dir, hub_sources(args.dataset), args.revision).items():
         for name, rows in files.items():
             print(f"{args.raw_dir / folder / name}: {rows} rows")
     return 0

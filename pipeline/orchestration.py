@@ -35,19 +35,19 @@ def fetch_data(data: DataParams) -> None:
     folder): `dvc pull` from the mirror remote; or, with ``data.source: hub``, the folders of the active dataset
     whose descriptions name a Hub source fetched from it and `dvc add`ed (so the Hub copy is versioned like the
     mirror's), its other folders pulled."""
-    pulled = sorted(str(p) for p in RAW.glob("*.dvc"))
-    if data.source == "hub":
+    if data.source == "mirror":
+        pulled = sorted(RAW.glob("*.dvc"))
+    else:
         from pipeline.hub import fetch_sources
 
         sources = datasets.hub_sources(data.dataset)
-        fetch_sources(RAW, {folder: (hub.id, hub.layout, hub.revision or data.hub_revision) for folder, hub in sources.items()})
-        fetched = [str(RAW / folder) for folder in sources]
-        if fetched:
-            subprocess.run(["dvc", "add", "--quiet", *fetched], check=True, env=tool_env())
-        pulled = [str(RAW / f"{folder}.dvc") for folder in datasets.needed_folders(data.dataset)
-                  if folder not in sources and (RAW / f"{folder}.dvc").is_file()]
+        fetch_sources(RAW, sources, data.hub_revision)
+        if sources:
+            subprocess.run(["dvc", "add", "--quiet", *(str(RAW / folder) for folder in sources)], check=True, env=tool_env())
+        pulled = [RAW / f"{folder}.dvc" for folder in datasets.needed_folders(data.dataset) if folder not in sources]
+        pulled = [path for path in pulled if path.is_file()]
     if pulled:
-        subprocess.run(["dvc", "pull", "--quiet", *pulled], check=True, env=tool_env())
+        subprocess.run(["dvc", "pull", "--quiet", *map(str, pulled)], check=True, env=tool_env())
 
 
 @dataclass(frozen=True)

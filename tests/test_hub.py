@@ -18,6 +18,7 @@ import pytest
 datasets = pytest.importorskip("datasets")
 from datasets import ClassLabel, Dataset, Features, Value  # noqa: E402
 from pipeline import hub  # noqa: E402
+from pipeline.datasets import Hub  # noqa: E402
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -315,8 +316,8 @@ def test_successful_fetch_replaces_the_whole_folder(tmp_path: Path) -> None:
 
 def test_fetch_sources_writes_every_folder_or_none(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
-    sources = {"sst2": (str(make_sst2(tmp_path / "sst2_src")), "glue_tsv", None),
-               "imdb": (str(make_imdb(tmp_path / "imdb_src")), "aclimdb_jsonl", None)}
+    sources = {"sst2": Hub(str(make_sst2(tmp_path / "sst2_src")), layout="glue_tsv"),
+               "imdb": Hub(str(make_imdb(tmp_path / "imdb_src")), layout="aclimdb_jsonl")}
     counts = hub.fetch_sources(raw, sources, cache_dir=tmp_path / "c")
     assert counts["sst2"]["dev.tsv"] == 3 and counts["imdb"]["unsup.jsonl.gz"] == 4
     before = {name: snapshot(raw / name) for name in ("sst2", "imdb")}
@@ -324,7 +325,7 @@ def test_fetch_sources_writes_every_folder_or_none(tmp_path: Path) -> None:
     new_sst2 = make_sst2(tmp_path / "sst2_new", {**SST2_ROWS, "train": [("only one row ", 1)]})
     bad_imdb = make_imdb(tmp_path / "imdb_bad", {**IMDB_ROWS, "unsupervised": [("x", -1), ("y", 1)]})
     with pytest.raises(ValueError, match=r"split 'unsupervised', row 1: label 1 is not one of \[-1\]"):
-        hub.fetch_sources(raw, {"sst2": (str(new_sst2), "glue_tsv", None), "imdb": (str(bad_imdb), "aclimdb_jsonl", None)},
+        hub.fetch_sources(raw, {"sst2": Hub(str(new_sst2), layout="glue_tsv"), "imdb": Hub(str(bad_imdb), layout="aclimdb_jsonl")},
                           cache_dir=tmp_path / "c")
     assert {name: snapshot(raw / name) for name in ("sst2", "imdb")} == before  # sst2 not replaced either
     assert sorted(p.name for p in raw.iterdir()) == ["imdb", "sst2"]
