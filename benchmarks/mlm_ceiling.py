@@ -6,17 +6,19 @@ the ``model`` section) and ``--threads`` threads:
 1. **The practical ceiling**: torch's own ``mm`` at the step's GEMM shapes (tokens x d x 3d, x d x d, x d x I and
    x I x d, with tokens = batch x length), fp32 and bf16, median of ``--reps``; the ceiling of a precision is the
    FLOP-weighted one over those shapes (their FLOPs summed over their times summed).
-2. **Our step through the pipeline's own loop**: ``minibert.trainer.fit`` on ``pipeline.pretraining.batch_stream``
-   (real corpus sequences, fresh masking, length buckets) with ``mlm_step``, fp32 and bf16 autocast; tokens/s in
-   real (non-pad) tokens, the median over ``--steps`` steps after ``--warmup``. FLOPs a token:
-   ``benchmarks/flops.py`` (6N + 12LTd, the sparse head at the masked fraction), at the batches' mean real length;
-   achieved FLOP/s and its fraction of the same precision's ceiling.
-3. **transformers.BertForMaskedLM** (SDPA, fp32, its dense head) on the same batches, same threads, a plain loop
-   with the same AdamW: tokens/s.
-4. **Where the step goes**: ``torch.profiler`` over ``--profile-steps`` of our step (model and optimizer on
-   pre-built batches) at the profile's precision, self CPU time by category (matmul, attention: SDPA's kernels or its math path's bmm and softmax, dropout,
-   dtype casts, other elementwise, optimizer); and the data path (batching and masking) timed alone, as a share of
-   the step.
+2. **Our step through the pipeline's own loop**, old and new path side by side: ``minibert.trainer.fit`` on
+   ``pipeline.pretraining.batch_stream`` (real corpus documents, fresh masking) with the path's step function, fp32
+   and bf16 autocast. *old*: one document piece a row, length-bucketed and padded, the model's dropout (0.1) and
+   attention core (SDPA), as pretraining ran before packing; *new*: the profile's ``pretrain`` section
+   (``packing``: rows of exactly ``max_length``, no attention mask; ``dropout``; ``attention``). Tokens/s in real (non-pad) tokens, the median over ``--steps``
+   steps after ``--warmup``. FLOPs a token: ``benchmarks/flops.py`` (6N + 12LTd, the sparse head at the masked
+   fraction), at the path's mean real length; achieved FLOP/s and its fraction of the same precision's ceiling.
+3. **transformers.BertForMaskedLM** (SDPA, fp32, its dense head) on the old path's batches, same threads, a plain
+   loop with the same AdamW: tokens/s.
+4. **Where the new step goes**: ``torch.profiler`` over ``--profile-steps`` of it (model and optimizer on pre-built
+   batches) at the profile's precision, self CPU time by category (matmul, attention: SDPA's kernels or its math
+   path's bmm and softmax, dropout, dtype casts, other elementwise, optimizer); and the data path (batching and
+   masking) timed alone, as a share of the step.
 
 Prints the tables and writes benchmarks/results/mlm_ceiling.json (``--out``).
 
@@ -86,18 +88,43 @@ def real_tokens(batches) -> list[int]:
     return [int(batch[1].sum()) for batch in batches]
 
 
-def our_step(params, model_cfg, sequences, precision: str, warmup: int, steps: int) -> dict:
-    cfg, shared = params.pretrain, params.train
+@dataclasses.dataclass(frozen=True)
+class Path_:
+    """A pretraining path: its rows (sequences, or packed rows), the section it streams them with, its model
+    (dropout) and its step function."""
+
+    name: str
+    rows: list | np.ndarray
+    cfg: object  # PretrainParams
+    model_cfg: object  # ModelConfig
+    step: object  # (model, batch) -> (loss, tokens)
+
+
+def paths(params, model_cfg, encoded: list[list[int]], tok, needed: int) -> dict[str, Path_]:
+    """old: padded document pieces, the model's dropout and attention core; new: the profile's pretrain section."""
+    cfg, seed = params.pretrain, params.train.seed
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    old_cfg = dataclasses.replace(cfg, packing=False, dropout=None)
+    old = pretraining.build_sequences(tok, [""] * len(encoded), cfg.max_length, needed, seed + 1, encoded)
+    new_model = pretraining.training_config(cfg, model_cfg)
+    new = (pretraining.pack_rows(encoded, cfg.max_length, seed + 1, cls_id, sep_id) if cfg.packing
+           else pretraining.build_sequences(tok, [""] * len(encoded), cfg.max_length, needed, seed + 1, encoded))
+    return {"old": Path_("old", old, old_cfg, model_cfg, pretraining.mlm_step),
+            "new": Path_("new", new, cfg, new_model, pretraining.packed_mlm_step if cfg.packing else pretraining.mlm_step)}
+
+
+def our_step(params, path: Path_, precision: str, warmup: int, steps: int) -> dict:
+    cfg, shared = path.cfg, params.train
     torch.manual_seed(shared.seed)
-    model = build_mlm(model_cfg)
-    stream = pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size, shared.seed)
+    model = build_mlm(path.model_cfg)
+    stream = pretraining.batch_stream(path.rows, cfg, path.model_cfg.vocab_size, shared.seed)
     loop = LoopConfig(max_steps=warmup + steps + 1, precision=precision)
-    gaps = step_gaps(model, stream, pretraining.mlm_step, shared.optim(cfg.lr, cfg.warmup_ratio), loop)
+    gaps = step_gaps(model, stream, path.step, cfg.optim(shared), loop)
     # the same stream again for the tokens each step saw: gap i ends at step i + 2 (batch index i + 1)
-    replay = pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size, shared.seed)
+    replay = pretraining.batch_stream(path.rows, cfg, path.model_cfg.vocab_size, shared.seed)
     tokens = real_tokens([b for b, _ in zip(replay, range(warmup + steps + 1))])
     per_step = [tokens[i + 1] / gaps[i] for i in range(warmup, len(gaps))]
-    return {"precision": precision, "tokens_per_s": float(np.median(per_step)), "steps_timed": len(per_step),
+    return {"path": path.name, "precision": precision, "tokens_per_s": float(np.median(per_step)), "steps_timed": len(per_step),
             "mean_real_tokens_a_step": float(np.mean(tokens)), "mean_length": float(np.mean(tokens)) / cfg.batch_size}
 
 
@@ -123,16 +150,16 @@ def hf_step(model_cfg, batches, lr: float, warmup: int) -> dict:
     return {"tokens_per_s": float(np.median(per_step)), "steps_timed": len(per_step)}
 
 
-def profile_step(params, model_cfg, batches, precision: str) -> tuple[dict, list]:
+def profile_step(params, path: Path_, batches, precision: str) -> tuple[dict, list]:
     """Self CPU time by category over ``batches`` (after two untimed steps), model forward, backward and AdamW; and the
     15 costliest ops (name, category, share)."""
     torch.manual_seed(0)
-    model = build_mlm(model_cfg).train()
+    model = build_mlm(path.model_cfg).train()
     optim = torch.optim.AdamW(model.parameters(), lr=params.pretrain.lr)
 
     def step(batch) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss, _ = pretraining.mlm_step(model, batch)
+            loss, _ = path.step(model, batch)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()
@@ -171,41 +198,54 @@ def main() -> None:
     model_cfg = params.model_config(tok.get_vocab_size())
     corpus = pd.read_parquet(args.data / CORPUS)["text"].tolist()
     needed = (args.warmup + args.steps + 2) * cfg.batch_size
-    sequences = pretraining.build_sequences(tok, corpus, cfg.max_length, needed, params.train.seed + 1)
+    # enough documents for both paths' steps (a packed row holds several short ones)
+    encoded = pretraining.encode_documents(tok, corpus[: max(needed * 4, 20000)])
+    ways = paths(params, model_cfg, encoded, tok, needed)
 
     shapes = gemm_shapes(model_cfg, cfg.batch_size * cfg.max_length)
     ceiling = {name: matmul_ceiling(shapes, dtype, args.reps) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
-    ours = {p: our_step(params, model_cfg, sequences, p, args.warmup, args.steps) for p in ("fp32", "bf16")}
-    for p, row in ours.items():
+    ours = {f"{w} {p}": our_step(params, ways[w], p, args.warmup, args.steps) for w in ("old", "new") for p in ("fp32", "bf16")}
+    for row in ours.values():
         row["flops_per_token"] = mlm_train_flops_per_token(model_cfg, row["mean_length"], cfg.mlm_probability)
         row["achieved_tflops"] = row["tokens_per_s"] * row["flops_per_token"] / 1e12
-        row["fraction_of_ceiling"] = row["achieved_tflops"] / ceiling[p]["ceiling_tflops"]
+        row["fraction_of_ceiling"] = row["achieved_tflops"] / ceiling[row["precision"]]["ceiling_tflops"]
 
-    stream = pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size, params.train.seed)
+    def batches_of(path: Path_, count: int) -> list:
+        stream = pretraining.batch_stream(path.rows, path.cfg, model_cfg.vocab_size, params.train.seed)
+        return [b for b, _ in zip(stream, range(count))]
+
+    old_batches = batches_of(ways["old"], args.warmup + args.steps)
     start = time.perf_counter()
-    batches = [b for b, _ in zip(stream, range(args.warmup + args.steps))]
-    data_s = (time.perf_counter() - start) / len(batches)
-    hf = hf_step(model_cfg, batches, cfg.lr, args.warmup)
-    precision = "bf16" if params.train.precision in ("bf16", "auto") and ours["bf16"]["tokens_per_s"] > ours["fp32"]["tokens_per_s"] else "fp32"
-    shares, top_ops = profile_step(params, model_cfg, batches[: 2 + args.profile_steps], precision)
-    step_s = ours[precision]["mean_real_tokens_a_step"] / ours[precision]["tokens_per_s"]
+    new_batches = batches_of(ways["new"], args.warmup + args.steps)
+    data_s = (time.perf_counter() - start) / len(new_batches)
+    hf = hf_step(model_cfg, old_batches, cfg.lr, args.warmup)
+    native = ours["new bf16"]["tokens_per_s"] > ours["new fp32"]["tokens_per_s"]
+    precision = "bf16" if params.train.precision == "bf16" or (params.train.precision == "auto" and native) else "fp32"
+    shares, top_ops = profile_step(params, ways["new"], new_batches[: 2 + args.profile_steps], precision)
+    step_s = ours[f"new {precision}"]["mean_real_tokens_a_step"] / ours[f"new {precision}"]["tokens_per_s"]
+    speedup = {p: ours[f"new {p}"]["tokens_per_s"] / ours[f"old {p}"]["tokens_per_s"] for p in ("fp32", "bf16")}
 
     print(f"MLM step at the profile's shape: batch {cfg.batch_size} x {cfg.max_length}, {model_cfg.num_layers} layers x "
-          f"{model_cfg.hidden_size}, vocabulary {model_cfg.vocab_size}, {args.threads} threads")
+          f"{model_cfg.hidden_size}, vocabulary {model_cfg.vocab_size}, {args.threads} threads; new path: packing "
+          f"{cfg.packing}, dropout {cfg.dropout}, attention {cfg.attention}")
     for name, row in ceiling.items():
         detail = ", ".join(f"{s['gemm']} {s['tflops']:.3f}" for s in row["shapes"])
         print(f"ceiling {name}: {row['ceiling_tflops']:.3f} TFLOP/s  ({detail})")
-    print("\n| step | tokens/s | vs transformers | TFLOP/s | of its ceiling |\n|---|---|---|---|---|")
-    for p, row in ours.items():
-        print(f"| ours, {p} | {row['tokens_per_s']:,.0f} | {row['tokens_per_s'] / hf['tokens_per_s']:.2f}x | "
-              f"{row['achieved_tflops']:.3f} | {row['fraction_of_ceiling']:.1%} |")
-    print(f"| transformers BertForMaskedLM, fp32 | {hf['tokens_per_s']:,.0f} | 1.00x | | |")
-    print(f"\nFLOPs a real token: {ours['fp32']['flops_per_token'] / 1e6:.1f} M (mean length {ours['fp32']['mean_length']:.1f})")
-    print(f"where our {precision} step goes (self CPU time): " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
+    print("\n| step | real tokens/s | vs old, same precision | vs transformers | M FLOPs a token | TFLOP/s | of its ceiling |"
+          "\n|---|---|---|---|---|---|---|")
+    for name, row in ours.items():
+        vs_old = row["tokens_per_s"] / ours[f"old {row['precision']}"]["tokens_per_s"]
+        print(f"| {name} | {row['tokens_per_s']:,.0f} | {vs_old:.2f}x | {row['tokens_per_s'] / hf['tokens_per_s']:.2f}x | "
+              f"{row['flops_per_token'] / 1e6:.1f} | {row['achieved_tflops']:.3f} | {row['fraction_of_ceiling']:.1%} |")
+    print(f"| transformers BertForMaskedLM, fp32 (old batches) | {hf['tokens_per_s']:,.0f} | | 1.00x | | | |")
+    print(f"\nnew path over old, same precision: fp32 {speedup['fp32']:.2f}x, bf16 {speedup['bf16']:.2f}x; the profile's "
+          f"precision ({params.train.precision}) runs {precision} on this host")
+    print(f"where the new {precision} step goes (self CPU time): " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
     print("costliest ops: " + ", ".join(f"{o['op']} ({o['category']}) {o['share']:.0%}" for o in top_ops[:8]))
-    print(f"data path (batching and masking) alone: {data_s * 1e3:.1f} ms a batch, {data_s / step_s:.1%} of a step")
+    print(f"data path (packing, batching and masking) alone: {data_s * 1e3:.1f} ms a batch, {data_s / step_s:.1%} of a step")
     result = {"date": date.today().isoformat(), **describe(), "torch": torch.__version__, "threads": args.threads,
               "shape": {"batch": cfg.batch_size, "length": cfg.max_length, **dataclasses.asdict(model_cfg)},
+              "new_path": {"packing": cfg.packing, "dropout": cfg.dropout, "attention": cfg.attention}, "speedup_new_over_old": speedup,
               "ceiling": ceiling, "ours": ours, "transformers": hf, "profile_precision": precision, "profile_shares": shares, "profile_top_ops": top_ops,
               "data_seconds_a_batch": data_s, "data_share_of_step": data_s / step_s}
     args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")

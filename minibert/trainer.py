@@ -397,7 +397,8 @@ def fit(
                                                                   now - window_start))
             log({"train_loss": shown_loss, "lr": scheduler.get_last_lr()[0],
                  "grad_norm": float("nan") if grad_norm is None else float(grad_norm),
-                 "tokens_per_s": tokens_sum / max(now - window_start, 1e-9)}, step)
+                 "tokens_per_s": tokens_sum / max(now - window_start, 1e-9),
+                 "elapsed_s": now - start}, step)  # training seconds so far (the curves' time axis), evaluations included
             window_loss, window_tokens, window_start, window_steps = 0.0, 0, now, 0
         if hooks.progress is not None:
             hooks.progress(step, shown_loss)

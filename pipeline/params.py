@@ -140,18 +140,27 @@ class TrainParams:
 class PretrainParams:
     max_length: int = 128  # tokens a training sequence, [CLS] and [SEP] included
     mlm_probability: float = 0.15
-    batch_size: int = 64
-    max_steps: int = 200
+    batch_size: int = 16
+    max_steps: int = 4000
     time_budget_min: float | None = 4.0  # stop early when spent; None = run max_steps
     lr: float = 1e-3
     warmup_ratio: float = 0.06
-    checkpoint_every: int = 100  # steps between resumable checkpoints (a killed run continues); 0 = off
+    checkpoint_every: int = 250  # steps between resumable checkpoints (a killed run continues); 0 = off
     compile: bool = False  # torch.compile the model (inductor; pays only for long runs, compiling takes a minute)
-    eval_every: int = 100  # steps between held-out MLM evaluations (the curve's points); 0 = at the end only
+    eval_every: int = 200  # steps between held-out MLM evaluations (the curve's points); 0 = at the end only
     embedding_init: Literal["random", "ppmi_svd"] = "ppmi_svd"  # ppmi_svd: word vectors from corpus co-occurrences first
+    packing: bool = True  # documents run on in rows of exactly max_length (no padding); false: one per row, padded
+    dropout: float | None = 0.0  # every dropout while pretraining; None = the model section's
+    schedule_clock: Literal["steps", "budget"] | None = "budget"  # what warmup and decay follow here; None = train.schedule_clock
+    attention: Literal["eager", "sdpa"] | None = "eager"  # the attention core while pretraining (minibert.attention.ATTENTION); None = the model section's
+
+    def optim(self, shared: TrainParams) -> OptimConfig:
+        """Pretraining's optimizer: the shared one, its own LR, warmup and (where set) schedule clock."""
+        optim = shared.optim(self.lr, self.warmup_ratio)
+        return optim if self.schedule_clock is None else dataclasses.replace(optim, schedule_clock=self.schedule_clock)
 
     def __post_init__(self) -> None:
-        check_ranges("pretrain", self, {"mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "lr": "> 0", "warmup_ratio": "[0, 1)", "checkpoint_every": ">= 0", "eval_every": ">= 0"})
+        check_ranges("pretrain", self, {"dropout": "[0, 1)", "mlm_probability": "(0, 1)", "batch_size": ">= 1", "max_steps": ">= 0", "time_budget_min": "> 0", "lr": "> 0", "warmup_ratio": "[0, 1)", "checkpoint_every": ">= 0", "eval_every": ">= 0"})
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,8 @@ def test_fit_reads_values_back_only_when_it_logs(monkeypatch: pytest.MonkeyPatch
     assert len(shown) == 200 and math.isnan(shown[0]) and shown[-1] == tracker.series("train_loss")[-1][1]
     assert shown[49] == tracker.series("train_loss")[0][1]  # the bar shows the last logged window mean
     assert tracker.series("tokens_per_s")[0][1] > 0 and math.isfinite(result.last_loss)
+    elapsed = [t for _, t in tracker.series("elapsed_s")]  # the curves' time axis: one a log step, rising, within the run
+    assert len(elapsed) == 4 and all(0 < a < b for a, b in zip(elapsed, elapsed[1:])) and elapsed[-1] <= result.seconds
 
 
 def _slow_step(m: torch.nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, int]:
