@@ -4,16 +4,17 @@ In one run, on the host at hand, at the profile's pretraining shape (``pretrain.
 the ``model`` section) and ``--threads`` threads:
 
 1. **The practical ceiling**: torch's own ``mm`` at the step's GEMM shapes (tokens x d x 3d, x d x d, x d x I and
-   x I x d, with tokens = batch x length), fp32 and bf16, median of ``--reps``; the ceiling of a precision is the
-   FLOP-weighted one over those shapes (their FLOPs summed over their times summed).
+   x I x d, with tokens = batch x length, and each one's input- and weight-gradient GEMMs), fp32 and bf16, median of
+   ``--reps``; the ceiling of a precision is the FLOP-weighted one over those shapes (their FLOPs summed over their
+   times summed).
 2. **Our step through the pipeline's own loop**, old and new path side by side: ``minibert.trainer.fit`` on
    ``pipeline.pretraining.batch_stream`` (real corpus documents, fresh masking) with the path's step function, fp32
-   and bf16 autocast. *old*: one document piece a row, length-bucketed and padded, the model's dropout (0.1) and
-   attention core (SDPA), as pretraining ran before packing; *new*: the profile's ``pretrain`` section
+   and bf16 autocast. *old*: one document piece a row, length-bucketed and padded, 64 a step, the model's dropout
+   (0.1) and attention core (SDPA), as the default pretraining ran before packing; *new*: the profile's ``pretrain`` section
    (``packing``: rows of exactly ``max_length``, no attention mask; ``dropout``; ``attention``). Tokens/s in real (non-pad) tokens, the median over ``--steps``
    steps after ``--warmup``. FLOPs a token: ``benchmarks/flops.py`` (6N + 12LTd, the sparse head at the masked
    fraction), at the path's mean real length; achieved FLOP/s and its fraction of the same precision's ceiling.
-3. **transformers.BertForMaskedLM** (SDPA, fp32, its dense head) on the old path's batches, same threads, a plain
+3. **transformers.BertForMaskedLM** (SDPA, fp32, its dense head) on the new path's batches, same threads, a plain
    loop with the same AdamW: tokens/s.
 4. **Where the new step goes**: ``torch.profiler`` over ``--profile-steps`` of it (model and optimizer on pre-built
    batches) at the profile's precision, self CPU time by category (matmul, attention: SDPA's kernels or its math
@@ -61,9 +62,14 @@ CATEGORIES = (
 
 
 def gemm_shapes(cfg, tokens: int) -> list[tuple[str, int, int, int, int]]:
-    """(name, M, K, N, count a layer) of the encoder's forward GEMMs at ``tokens`` rows."""
+    """(name, M, K, N, count a layer) of the encoder's GEMMs at ``tokens`` rows: each linear layer's forward
+    (tokens x in x out), its input gradient (tokens x out x in) and its weight gradient (in x tokens x out), which
+    a training step runs once each."""
     d, i = cfg.hidden_size, cfg.intermediate_size
-    return [("qkv", tokens, d, 3 * d, 1), ("out", tokens, d, d, 1), ("up", tokens, d, i, 1), ("down", tokens, i, d, 1)]
+    shapes = []
+    for name, k, n in (("qkv", d, 3 * d), ("out", d, d), ("up", d, i), ("down", i, d)):
+        shapes += [(name, tokens, k, n, 1), (f"{name} dX", tokens, n, k, 1), (f"{name} dW", k, tokens, n, 1)]
+    return shapes
 
 
 def matmul_ceiling(shapes, dtype: torch.dtype, reps: int) -> dict:
@@ -100,11 +106,16 @@ class Path_:
     step: object  # (model, batch) -> (loss, tokens)
 
 
-def paths(params, model_cfg, encoded: list[list[int]], tok, needed: int) -> dict[str, Path_]:
-    """old: padded document pieces, the model's dropout and attention core; new: the profile's pretrain section."""
+OLD_BATCH = 64  # sequences a step of the old path (the default before packing)
+
+
+def paths(params, model_cfg, encoded: list[list[int]], tok, steps: int) -> dict[str, Path_]:
+    """old: padded document pieces, 64 a step, the model's dropout and attention core, as the default section ran
+    before packing (its other keys the profile's); new: the profile's pretrain section."""
     cfg, seed = params.pretrain, params.train.seed
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    old_cfg = dataclasses.replace(cfg, packing=False, dropout=None)
+    old_cfg = dataclasses.replace(cfg, packing=False, dropout=None, attention=None, batch_size=OLD_BATCH)
+    needed = steps * max(OLD_BATCH, cfg.batch_size)
     old = pretraining.build_sequences(tok, [""] * len(encoded), cfg.max_length, needed, seed + 1, encoded)
     new_model = pretraining.training_config(cfg, model_cfg)
     new = (pretraining.pack_rows(encoded, cfg.max_length, seed + 1, cls_id, sep_id) if cfg.packing
@@ -197,10 +208,10 @@ def main() -> None:
     tok = load_tokenizer(args.tokenizer)
     model_cfg = params.model_config(tok.get_vocab_size())
     corpus = pd.read_parquet(args.data / CORPUS)["text"].tolist()
-    needed = (args.warmup + args.steps + 2) * cfg.batch_size
+    steps = args.warmup + args.steps + 2
     # enough documents for both paths' steps (a packed row holds several short ones)
-    encoded = pretraining.encode_documents(tok, corpus[: max(needed * 4, 20000)])
-    ways = paths(params, model_cfg, encoded, tok, needed)
+    encoded = pretraining.encode_documents(tok, corpus[: max(steps * max(OLD_BATCH, cfg.batch_size) * 4, 20000)])
+    ways = paths(params, model_cfg, encoded, tok, steps)
 
     shapes = gemm_shapes(model_cfg, cfg.batch_size * cfg.max_length)
     ceiling = {name: matmul_ceiling(shapes, dtype, args.reps) for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
@@ -214,11 +225,10 @@ def main() -> None:
         stream = pretraining.batch_stream(path.rows, path.cfg, model_cfg.vocab_size, params.train.seed)
         return [b for b, _ in zip(stream, range(count))]
 
-    old_batches = batches_of(ways["old"], args.warmup + args.steps)
     start = time.perf_counter()
     new_batches = batches_of(ways["new"], args.warmup + args.steps)
     data_s = (time.perf_counter() - start) / len(new_batches)
-    hf = hf_step(model_cfg, old_batches, cfg.lr, args.warmup)
+    hf = hf_step(model_cfg, new_batches, cfg.lr, args.warmup)
     native = ours["new bf16"]["tokens_per_s"] > ours["new fp32"]["tokens_per_s"]
     precision = "bf16" if params.train.precision == "bf16" or (params.train.precision == "auto" and native) else "fp32"
     shares, top_ops = profile_step(params, ways["new"], new_batches[: 2 + args.profile_steps], precision)
@@ -227,7 +237,8 @@ def main() -> None:
 
     print(f"MLM step at the profile's shape: batch {cfg.batch_size} x {cfg.max_length}, {model_cfg.num_layers} layers x "
           f"{model_cfg.hidden_size}, vocabulary {model_cfg.vocab_size}, {args.threads} threads; new path: packing "
-          f"{cfg.packing}, dropout {cfg.dropout}, attention {cfg.attention}")
+          f"{cfg.packing}, dropout {cfg.dropout}, attention {cfg.attention}; old path: {OLD_BATCH} a step, padded, dropout "
+          f"{model_cfg.hidden_dropout}, attention {model_cfg.attention}")
     for name, row in ceiling.items():
         detail = ", ".join(f"{s['gemm']} {s['tflops']:.3f}" for s in row["shapes"])
         print(f"ceiling {name}: {row['ceiling_tflops']:.3f} TFLOP/s  ({detail})")
@@ -237,7 +248,7 @@ def main() -> None:
         vs_old = row["tokens_per_s"] / ours[f"old {row['precision']}"]["tokens_per_s"]
         print(f"| {name} | {row['tokens_per_s']:,.0f} | {vs_old:.2f}x | {row['tokens_per_s'] / hf['tokens_per_s']:.2f}x | "
               f"{row['flops_per_token'] / 1e6:.1f} | {row['achieved_tflops']:.3f} | {row['fraction_of_ceiling']:.1%} |")
-    print(f"| transformers BertForMaskedLM, fp32 (old batches) | {hf['tokens_per_s']:,.0f} | | 1.00x | | | |")
+    print(f"| transformers BertForMaskedLM, fp32 (new batches) | {hf['tokens_per_s']:,.0f} | | 1.00x | | | |")
     print(f"\nnew path over old, same precision: fp32 {speedup['fp32']:.2f}x, bf16 {speedup['bf16']:.2f}x; the profile's "
           f"precision ({params.train.precision}) runs {precision} on this host")
     print(f"where the new {precision} step goes (self CPU time): " + ", ".join(f"{k} {v:.0%}" for k, v in shares.items()))
