@@ -27,6 +27,7 @@ warning).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 import warnings
@@ -154,7 +155,7 @@ def batch_stream(sequences: list[list[int]] | np.ndarray, cfg: PretrainParams, v
     batch, masked with a generator of its own."""
     world = world or World()
     if isinstance(sequences, np.ndarray):
-        rows = sequences
+        rows = sequences  # a name of one type for the closure
 
         def make(index: np.ndarray, gen: torch.Generator) -> tuple[Tensor, ...]:
             ids = torch.from_numpy(rows[index].astype(np.int64))
@@ -176,16 +177,14 @@ def training_config(cfg: PretrainParams, model_cfg: ModelConfig) -> ModelConfig:
     return dataclasses.replace(model_cfg, **dropout, **({} if cfg.attention is None else {"attention": cfg.attention}))
 
 
-def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-    """A padded batch's loss and real tokens (a tensor: no host sync)."""
+def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...], padded: bool = True) -> tuple[Tensor, Tensor]:
+    """A batch's loss and real tokens (a tensor: no host sync). A packed batch (``padded=False``) has no padding, so
+    the model gets no attention mask and SDPA may take its fused kernels."""
     ids, mask, positions, labels = batch
-    return mlm_loss(model(ids, mask, masked_positions=positions), labels), mask.sum()
+    return mlm_loss(model(ids, mask if padded else None, masked_positions=positions), labels), mask.sum()
 
 
-def packed_mlm_step(model: MaskedLM, batch: tuple[Tensor, ...]) -> tuple[Tensor, Tensor]:
-    """A packed batch's: no attention mask (no padding), so SDPA takes its fused kernels."""
-    ids, mask, positions, labels = batch
-    return mlm_loss(model(ids, None, masked_positions=positions), labels), mask.sum()
+packed_mlm_step = functools.partial(mlm_step, padded=False)
 
 
 def held_out_batches(held_out: list[list[int]], vocab_size: int) -> list[tuple[Tensor, ...]]:
