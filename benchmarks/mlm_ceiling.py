@@ -122,12 +122,11 @@ def paths(params, model_cfg, encoded: list[list[int]], tok, steps: int) -> dict[
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     old_cfg = dataclasses.replace(cfg, packing=False, dropout=None, attention=None, batch_size=OLD_BATCH)
     needed = steps * max(OLD_BATCH, cfg.batch_size)
-    old = pretraining.build_sequences(tok, [""] * len(encoded), cfg.max_length, needed, seed + 1, encoded)
+    old = pretraining.training_rows(encoded, old_cfg, seed + 1, cls_id, sep_id, needed)
     new_model = pretraining.training_config(cfg, model_cfg)
-    new = (pretraining.pack_rows(encoded, cfg.max_length, seed + 1, cls_id, sep_id) if cfg.packing
-           else pretraining.build_sequences(tok, [""] * len(encoded), cfg.max_length, needed, seed + 1, encoded))
+    new = pretraining.training_rows(encoded, cfg, seed + 1, cls_id, sep_id, needed)
     return {"old": Path_("old", old, old_cfg, model_cfg, pretraining.mlm_step),
-            "new": Path_("new", new, cfg, new_model, pretraining.packed_mlm_step if cfg.packing else pretraining.mlm_step)}
+            "new": Path_("new", new, cfg, new_model, pretraining.training_step(cfg))}
 
 
 def our_step(params, path: Path_, precision: str, warmup: int, steps: int) -> dict:

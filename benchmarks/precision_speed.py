@@ -32,7 +32,7 @@ from minibert.distill import Distiller, init_student_from_teacher
 from minibert.inference import predict_logits
 from minibert.model import build_classifier, build_mlm
 from minibert.precision import cpu_has_native_bf16, resolve_precision
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import CLS, SEP, load_tokenizer
 from minibert.train_config import LoopConfig
 from pipeline import pretraining
 from pipeline.classifier_loop import classify_step, labelled_stream
@@ -85,7 +85,8 @@ def main() -> None:
     }
     corpus = read_table(args.data / "corpus.parquet", ["text"])["text"].tolist()[:4000]
     pre = dataclasses.replace(params.pretrain, batch_size=64)
-    cases["MLM, 64 x 128"] = ("mlm", pretraining.build_sequences(tok, corpus, 128, 64 * (args.steps + 2), 1))
+    cases["MLM, 64 x 128"] = ("mlm", pretraining.build_sequences(pretraining.encode_documents(tok, corpus), 128,
+                                                                  64 * (args.steps + 2), 1, tok.token_to_id(CLS), tok.token_to_id(SEP)))
 
     results = []
     for name, (kind, data) in cases.items():

@@ -50,7 +50,7 @@ from minibert.checkpoint import load_model, save_model
 from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.model import build_mlm
-from minibert.tokenizer import load_tokenizer, vocabulary_digest
+from minibert.tokenizer import CLS, SEP, load_tokenizer, vocabulary_digest
 from minibert.train_config import LoopConfig
 from minibert.trainer import NullTracker, RecordingTracker
 from pipeline import pretraining
@@ -89,9 +89,10 @@ def seconds_per_step(params: Params, model_cfg: ModelConfig, tok: Tokenizer, cor
     5 % of the rest (one-off stalls) trimmed."""
     cfg, shared = params.pretrain, params.train
     skip = steps // 2  # on a GPU, each new batch shape is slow once: 100 steps timed from step 10 gave 60 ms, the run 20 ms
-    sequences = pretraining.build_sequences(tok, corpus, cfg.max_length, (steps + 1) * cfg.batch_size, shared.seed + 1)
-    model = build_mlm(model_cfg).to(World().device())
-    gaps = step_gaps(model, pretraining.batch_stream(sequences, cfg, model_cfg.vocab_size, shared.seed), pretraining.mlm_step,
+    rows = pretraining.training_rows(pretraining.encode_documents(tok, corpus), cfg, shared.seed + 1, tok.token_to_id(CLS),
+                                     tok.token_to_id(SEP), needed=(steps + 1) * cfg.batch_size)
+    model = build_mlm(pretraining.training_config(cfg, model_cfg)).to(World().device())
+    gaps = step_gaps(model, pretraining.batch_stream(rows, cfg, model_cfg.vocab_size, shared.seed), pretraining.training_step(cfg),
                      shared.optim(cfg.lr, cfg.warmup_ratio), LoopConfig(max_steps=steps, precision=shared.precision),
                      synchronized_clock)
     del model

@@ -31,7 +31,7 @@ import functools
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -85,19 +85,15 @@ def split_held_out(encoded: Sequence[Sequence[int]], length: int, cls_id: int, s
 
 
 def build_sequences(
-    tok: Tokenizer, texts: list[str], max_length: int, needed: int, seed: int, encoded: Sequence[Sequence[int]] | None = None,
+    encoded: Sequence[Sequence[int]], max_length: int, needed: int, seed: int, cls_id: int, sep_id: int,
 ) -> list[list[int]]:
-    """[CLS] piece [SEP] sequences of at most ``max_length`` from shuffled documents, until ``needed`` exist (or the
-    corpus runs out): the unpacked path's rows. ``encoded``: every document's ids already (no specials)."""
-    order = np.random.default_rng(seed).permutation(len(texts))
-    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    """[CLS] piece [SEP] sequences of at most ``max_length`` from the documents (ids without specials) in an order
+    drawn from ``seed``, until ``needed`` exist (or the corpus runs out): the unpacked path's rows."""
+    order = np.random.default_rng(seed).permutation(len(encoded))
     sequences: list[list[int]] = []
     for start in range(0, len(order), 2048):
-        index = order[start : start + 2048]
-        docs = ([encoded[i] for i in index] if encoded is not None
-                else [e.ids for e in tok.encode_batch([texts[i] for i in index], add_special_tokens=False)])
-        for ids in docs:
-            sequences.extend(chunk_document(ids, max_length, cls_id, sep_id))
+        for i in order[start : start + 2048]:
+            sequences.extend(chunk_document(encoded[i], max_length, cls_id, sep_id))
         if len(sequences) >= needed:
             break
     return sequences
@@ -148,6 +144,16 @@ def masked_batch(seqs: list[list[int]], probability: float, vocab_size: int, gen
     return masked_rows(*pad_batch(seqs, pad_id=0), probability, vocab_size, gen)
 
 
+def training_rows(encoded: Sequence[Sequence[int]], cfg: PretrainParams, seed: int, cls_id: int, sep_id: int,
+                  needed: int | None = None) -> list[list[int]] | np.ndarray:
+    """The rows ``cfg`` trains on: packed rows (``pack_rows``) or, with ``packing: false``, document pieces for
+    ``needed`` sequences (default: ``max_steps`` x ``batch_size``). ``batch_stream`` takes either."""
+    if cfg.packing:
+        return pack_rows(encoded, cfg.max_length, seed, cls_id, sep_id)
+    return build_sequences(encoded, cfg.max_length, cfg.max_steps * cfg.batch_size if needed is None else needed, seed,
+                           cls_id, sep_id)
+
+
 def batch_stream(sequences: list[list[int]] | np.ndarray, cfg: PretrainParams, vocab_size: int, seed: int,
                  world: World | None = None) -> EpochStream:
     """Endless freshly masked batches, a new shuffle every epoch, resumable: of packed rows (``pack_rows``: every
@@ -185,6 +191,11 @@ def mlm_step(model: MaskedLM, batch: tuple[Tensor, ...], padded: bool = True) ->
 
 
 packed_mlm_step = functools.partial(mlm_step, padded=False)
+
+
+def training_step(cfg: PretrainParams) -> Callable[..., tuple[Tensor, Tensor]]:
+    """The step for the rows ``training_rows`` gives ``cfg``: packed rows need no attention mask."""
+    return packed_mlm_step if cfg.packing else mlm_step
 
 
 def held_out_batches(held_out: list[list[int]], vocab_size: int) -> list[tuple[Tensor, ...]]:
@@ -230,11 +241,7 @@ def run(
     held_out, train_docs = split_held_out(encoded, min(EVAL_LENGTH, model_cfg.max_positions), cls_id, sep_id)
     encoded = [encoded[i] for i in train_docs]
     eval_batches = held_out_batches(held_out, model_cfg.vocab_size)
-    if cfg.packing:
-        train: list[list[int]] | np.ndarray = pack_rows(encoded, cfg.max_length, shared.seed, cls_id, sep_id)
-    else:
-        train = build_sequences(tok, [texts[i] for i in train_docs], cfg.max_length, cfg.max_steps * cfg.batch_size,
-                                shared.seed, encoded)
+    train = training_rows(encoded, cfg, shared.seed, cls_id, sep_id)
     model = build_mlm(training_config(cfg, model_cfg))
     init_metrics: dict = {}
     docs = [np.asarray(ids, dtype=np.int64) for ids in encoded]  # converted once, for both
@@ -257,7 +264,7 @@ def run(
         with progress_bar(cfg.max_steps, "pretrain") as bar:
             result = fit(
                 trained, batch_stream(train, cfg, model_cfg.vocab_size, shared.seed, world),
-                packed_mlm_step if cfg.packing else mlm_step,
+                training_step(cfg),
                 cfg.optim(shared),
                 LoopConfig(max_steps=cfg.max_steps, time_budget_s=budget, log_every=shared.log_every,
                            eval_every=cfg.eval_every, precision=shared.precision, checkpoint_every=cfg.checkpoint_every),

@@ -148,6 +148,23 @@ def test_packed_rows_are_the_shuffled_documents_run_on_with_separators() -> None
         pretraining.pack_rows([[5]], 8, seed=0, cls_id=2, sep_id=3)
 
 
+def test_training_rows_follow_the_sections_packing_and_pick_the_matching_step() -> None:
+    """Packed: pack_rows and the maskless step. Unpacked: each document's [CLS] piece [SEP] pieces in the seed's order,
+    stopping once ``needed`` exist (after the block of documents that reached it), and the padded step."""
+    docs = [[10 + i, 20 + i, 30 + i, 40 + i, 50 + i] for i in range(3000)]
+    packed = PretrainParams(max_length=4, batch_size=2, max_steps=5)
+    rows = pretraining.training_rows(docs, packed, 7, 2, 3)
+    np.testing.assert_array_equal(rows, pretraining.pack_rows(docs, 4, 7, 2, 3))
+    assert pretraining.training_step(packed) is pretraining.packed_mlm_step
+    unpacked = dataclasses.replace(packed, packing=False)
+    pieces = pretraining.training_rows(docs, unpacked, 7, 2, 3)  # 5 x 2 needed: the first block of 2048 documents
+    order = np.random.default_rng(7).permutation(len(docs))
+    expected = [piece for i in order[:2048] for piece in ([2, *docs[i][:2], 3], [2, *docs[i][2:4], 3], [2, docs[i][4], 3])]
+    assert pieces == expected
+    assert len(pretraining.training_rows(docs, unpacked, 7, 2, 3, needed=7000)) == 3 * len(docs)  # the corpus runs out
+    assert pretraining.training_step(unpacked) is pretraining.mlm_step
+
+
 def test_the_packed_step_is_the_padded_step_on_rows_without_padding(toy) -> None:
     """No attention mask (SDPA's fused kernels) gives what an all-ones mask gives, loss and gradients, in fp32 eager."""
     tok, texts = toy
