@@ -51,6 +51,7 @@ from flops import mlm_train_flops_per_token
 from machine import describe
 
 from minibert import build_mlm
+from minibert.precision import resolve_precision
 from minibert.tokenizer import load_tokenizer
 from minibert.train_config import LoopConfig
 from pipeline import pretraining
@@ -237,9 +238,8 @@ def main() -> None:
     new_batches = batches_of(ways["new"], args.warmup + args.steps)
     data_s = (time.perf_counter() - start) / len(new_batches)
     hf = hf_step(model_cfg, new_batches, cfg.lr, args.warmup)
-    native = "bf16" in args.precisions and ("fp32" not in args.precisions
-                                            or ours["new bf16"]["tokens_per_s"] > ours["new fp32"]["tokens_per_s"])
-    precision = "bf16" if params.train.precision == "bf16" or (params.train.precision == "auto" and native) else "fp32"
+    # what the pipeline runs here (minibert.precision), or the first measured precision where that one was not measured
+    precision = resolve_precision(params.train.precision, torch.device("cpu"))
     precision = precision if precision in args.precisions else args.precisions[0]
     shares, top_ops = profile_step(params, ways["new"], new_batches[: 2 + args.profile_steps], precision)
     step_s = ours[f"new {precision}"]["mean_real_tokens_a_step"] / ours[f"new {precision}"]["tokens_per_s"]

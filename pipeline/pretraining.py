@@ -91,7 +91,7 @@ def build_sequences(
     drawn from ``seed``, until ``needed`` exist (or the corpus runs out): the unpacked path's rows."""
     order = np.random.default_rng(seed).permutation(len(encoded))
     sequences: list[list[int]] = []
-    for start in range(0, len(order), 2048):
+    for start in range(0, len(order), 2048):  # checked a block of documents at a time, as the rows always were
         for i in order[start : start + 2048]:
             sequences.extend(chunk_document(encoded[i], max_length, cls_id, sep_id))
         if len(sequences) >= needed:
