@@ -42,7 +42,8 @@ import torch
 from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import load_model, read_contract, read_metadata
 from minibert.classifiers import load_classifier
-from minibert.export import export_onnx, load_session, parity
+from minibert.engines import load_session
+from minibert.export import export_onnx, parity
 from minibert.model import SequenceClassifier, parameter_counts
 from minibert.ort_fusion import optimize_for_ort
 from minibert.quantize import load_int8, quantize_onnx_int8

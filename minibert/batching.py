@@ -11,10 +11,13 @@ Shape legend: B batch, T longest sequence in the batch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:  # torch is imported where a function needs it: the runtime's batching stays torch-free
+    import torch
+    from torch import Tensor
 
 
 def bucketed_batches(
@@ -68,6 +71,8 @@ def batched_logits(
 
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     """``pad_ids`` as torch tensors (sharing memory): ids (B, T) int64 and attention mask (B, T) int64."""
+    import torch
+
     ids, mask = pad_ids(sequences, pad_id)
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
@@ -96,6 +101,8 @@ class EpochStream:
         self.batch_size = batch_size
         self.seed = seed
         self.make_batch = make_batch
+        import torch
+
         self.generator = torch.Generator().manual_seed(seed + 7919 * shard[0])  # one plan, a mask stream per rank
         self.epoch, self.position = 0, 0
         self._plan: list[np.ndarray] | None = None

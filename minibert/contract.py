@@ -25,6 +25,7 @@ from typing import Any
 from minibert.files import ArtifactError, atomic_output
 
 ONNX_KEY = "minibert"  # the metadata_props entry of an exported graph
+PARITY_KEY = "minibert_parity"  # the entry with its parity record (``Parity``)
 
 
 @dataclass(frozen=True)
@@ -67,18 +68,23 @@ class Contract:
         return cls(str(meta.get("kind", "")), meta.get("vocabulary_sha256"), windows, labels, temperature)
 
 
-def stamp_onnx(path: str | os.PathLike[str], contract: Contract) -> None:
-    """Write ``contract`` into the ONNX graph at ``path`` (its ``metadata_props``), replacing the file atomically."""
-    import onnx  # export-time only: serving reads the stamp through ONNX Runtime
+def _set_onnx_metadata(path: str | os.PathLike[str], key: str, value: str) -> None:
+    """Set one ``metadata_props`` entry of the ONNX graph at ``path``, replacing the file atomically."""
+    import onnx  # export-time only: serving reads the stamp through its runtime
 
     model = onnx.load(str(path))
-    kept = [p for p in model.metadata_props if p.key != ONNX_KEY]
+    kept = [p for p in model.metadata_props if p.key != key]
     del model.metadata_props[:]
     model.metadata_props.extend(kept)
     entry = model.metadata_props.add()
-    entry.key, entry.value = ONNX_KEY, json.dumps(contract.metadata(), sort_keys=True)
+    entry.key, entry.value = key, value
     with atomic_output(path) as tmp:
         onnx.save(model, str(tmp))
+
+
+def stamp_onnx(path: str | os.PathLike[str], contract: Contract) -> None:
+    """Write ``contract`` into the ONNX graph at ``path`` (its ``metadata_props``), replacing the file atomically."""
+    _set_onnx_metadata(path, ONNX_KEY, json.dumps(contract.metadata(), sort_keys=True))
 
 
 def onnx_contract(custom_metadata: dict[str, str], where: str) -> Contract:
@@ -98,3 +104,44 @@ def read_onnx_contract(path: str | os.PathLike[str]) -> Contract:
         raise FileNotFoundError(f"no ONNX model at {path}; run the stage that writes it first")
     model = onnx.load(str(path), load_external_data=False)
     return onnx_contract({p.key: p.value for p in model.metadata_props}, str(path))
+
+
+@dataclass(frozen=True)
+class Parity:
+    """Which inference paths (``minibert.engines``: ``runtime/precision``) a graph was verified on, and how to verify
+    another: ``verified`` maps a path to what its check measured against the torch fp32 model on the test split of
+    record (``argmax_agreement``, ``max_abs_diff``, ``accuracy_delta``); ``windows`` are token-id windows of that split
+    and ``logits`` the torch fp32 model's logits of them (W x L), which a host that picks an unlisted path runs
+    through it before it answers (``minibert.runtime``), held to ``min_agreement`` and ``tolerance[precision]``
+    (the largest logit difference allowed for a path computing in that precision)."""
+
+    verified: dict[str, dict[str, float]]
+    windows: tuple[tuple[int, ...], ...]
+    logits: tuple[tuple[float, ...], ...]
+    tolerance: dict[str, float]
+    min_agreement: float
+
+    def to_json(self) -> str:
+        return json.dumps({"verified": self.verified, "windows": self.windows, "logits": self.logits,
+                           "tolerance": self.tolerance, "min_agreement": self.min_agreement}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Parity:
+        try:
+            raw = json.loads(text)
+            return cls({str(k): {str(m): float(x) for m, x in v.items()} for k, v in raw["verified"].items()},
+                       tuple(tuple(int(i) for i in w) for w in raw["windows"]),
+                       tuple(tuple(float(x) for x in row) for row in raw["logits"]),
+                       {str(k): float(v) for k, v in raw["tolerance"].items()}, float(raw["min_agreement"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ArtifactError(f"{where}: unreadable {PARITY_KEY} metadata ({err!r}); rerun `dvc repro quantize`") from err
+
+
+def stamp_parity(path: str | os.PathLike[str], parity: Parity) -> None:
+    """Write ``parity`` into the ONNX graph at ``path`` (``metadata_props[PARITY_KEY]``), atomically."""
+    _set_onnx_metadata(path, PARITY_KEY, parity.to_json())
+
+
+def onnx_parity(custom_metadata: dict[str, str], where: str) -> Parity | None:
+    """The parity record of an ONNX graph from its metadata map; None for a graph without one."""
+    return Parity.from_json(custom_metadata[PARITY_KEY], where) if PARITY_KEY in custom_metadata else None

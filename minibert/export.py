@@ -32,28 +32,21 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from minibert.engines import OUTPUT_NAME, onnx_logits
 from minibert.files import atomic_output
 from minibert.model import SequenceClassifier
-from minibert.onnx_deps import import_onnx, import_onnxruntime
+from minibert.onnx_deps import import_onnx
 from minibert.ort_fusion import fused_attention as fuse_attention
 
 if TYPE_CHECKING:  # for annotations only; never imported at run time here
     import onnxruntime
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-OUTPUT_NAME = "logits"
 DYNAMIC_AXES: dict[str, dict[int, str]] = {
     "input_ids": {0: "batch", 1: "sequence"},
     "attention_mask": {0: "batch", 1: "sequence"},
     "token_type_ids": {0: "batch", 1: "sequence"},
     OUTPUT_NAME: {0: "batch"},
-}
-# Our name -> onnxruntime.GraphOptimizationLevel member (looked up lazily: ORT is optional).
-OPTIMIZATION_LEVELS: dict[str, str] = {
-    "none": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
 }
 # The TorchScript exporter's deprecation notices, matched by the start of their message.
 _TORCHSCRIPT_WARNINGS = (
@@ -125,94 +118,6 @@ def export_onnx(
             _torchscript_export(model, args, tmp, opset)
         onnx.checker.check_model(str(tmp))
     return Path(path)
-
-
-# device -> ONNX Runtime execution providers, in preference order (CPU always last, as fallback).
-DEVICES: dict[str, tuple[str, ...]] = {
-    "cpu": ("CPUExecutionProvider",),
-    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
-    "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
-    "auto": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
-}
-
-
-def execution_providers(device: str, available: Iterable[str]) -> list[str]:
-    """The providers to ask ONNX Runtime for on ``device`` (a key of ``DEVICES``), given those it has.
-
-    ``auto`` takes whatever is present, TensorRT before CUDA before CPU; a named accelerator that
-    this onnxruntime build lacks is an error (install onnxruntime-gpu), never a silent CPU run.
-    """
-    if device not in DEVICES:
-        raise ValueError(f"device: {device!r} is not one of {sorted(DEVICES)}")
-    available = set(available)
-    wanted = [p for p in DEVICES[device] if p in available or p == "CPUExecutionProvider"]
-    if device not in ("cpu", "auto") and DEVICES[device][0] not in available:
-        raise ValueError(
-            f"device {device!r} needs {DEVICES[device][0]}, which this onnxruntime lacks "
-            f"(it has {sorted(available)}); install onnxruntime-gpu or use device 'cpu' or 'auto'"
-        )
-    return wanted
-
-
-def load_session(
-    path: str | os.PathLike[str], threads: int = 0, optimization: str = "all", device: str = "cpu"
-) -> onnxruntime.InferenceSession:
-    """An ONNX Runtime session for ``path``.
-
-    threads: intra-op threads; 0 lets ONNX Runtime choose (one per physical core).
-    optimization: a key of ``OPTIMIZATION_LEVELS`` (none, basic, extended, all).
-    device: a key of ``DEVICES`` (cpu, cuda, tensorrt, auto); see ``execution_providers``.
-    """
-    if optimization not in OPTIMIZATION_LEVELS:
-        raise ValueError(f"optimization: {optimization!r} is not one of {sorted(OPTIMIZATION_LEVELS)}")
-    if threads < 0:
-        raise ValueError(f"threads: {threads} must be >= 0 (0 lets ONNX Runtime choose)")
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"no ONNX model at {path}; create one with minibert.export.export_onnx")
-    ort = import_onnxruntime()
-    providers = execution_providers(device, ort.get_available_providers())
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
-    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-    if session.get_providers()[0] != providers[0]:  # ORT falls back to CPU on a provider error
-        raise RuntimeError(f"ONNX Runtime could not start {providers[0]} for {path} (it runs on "
-                           f"{session.get_providers()[0]}); check the CUDA / TensorRT install or use device 'cpu'")
-    return session
-
-
-def _int64(x: Tensor | np.ndarray) -> np.ndarray:
-    """A (B, T) id or mask array as contiguous int64 numpy, from a tensor (any device) or array."""
-    if isinstance(x, Tensor):
-        x = x.detach().cpu().numpy()
-    return np.ascontiguousarray(x, dtype=np.int64)
-
-
-def onnx_logits(
-    session: onnxruntime.InferenceSession,
-    input_ids: Tensor | np.ndarray,
-    attention_mask: Tensor | np.ndarray,
-    token_type_ids: Tensor | np.ndarray | None = None,
-) -> np.ndarray:
-    """Logits (B, L) float32 from ``session`` for (B, T) inputs.
-
-    Feeds only the inputs the session declares. A session with ``token_type_ids`` gets zeros when
-    none are given (segment 0, as the torch model does with None); a session without it accepts
-    all-zero token types and refuses any others, since dropping them would change the answer.
-    """
-    declared = {i.name for i in session.get_inputs()}
-    feed = {"input_ids": _int64(input_ids), "attention_mask": _int64(attention_mask)}
-    if token_type_ids is not None:
-        types = _int64(token_type_ids)
-        if "token_type_ids" not in declared and types.any():
-            raise ValueError(
-                "token_type_ids has non-zero segments but the ONNX model has no token_type_ids input; "
-                "export it with export_onnx(..., with_token_types=True)"
-            )
-        feed["token_type_ids"] = types
-    elif "token_type_ids" in declared:
-        feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
-    return session.run([OUTPUT_NAME], {k: v for k, v in feed.items() if k in declared})[0]
 
 
 def session_callable(session: onnxruntime.InferenceSession) -> Callable[[Tensor, Tensor], Tensor]:

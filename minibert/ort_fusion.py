@@ -31,8 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minibert.attention import SelfAttention, sdpa_attention
+from minibert.engines import import_onnxruntime
 from minibert.files import atomic_output
-from minibert.onnx_deps import import_onnx, import_onnxruntime
+from minibert.onnx_deps import import_onnx
 
 ONNX_INT32 = 6  # onnx.TensorProto.INT32, without importing onnx here
 

@@ -28,15 +28,17 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 
+from minibert.engines import import_onnxruntime
 from minibert.files import atomic_output
-from minibert.onnx_deps import import_onnx, import_onnxruntime
+from minibert.onnx_deps import import_onnx
 
 # torch 2.13's notices on torch.ao.quantization and quantized tensors, matched by message start.
 _QUANTIZATION_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
@@ -137,6 +139,52 @@ def quantize_onnx_int8(
             op_types_to_quantize=[op for op in IntegerOpsRegistry if conv or op != "Conv"],
             extra_options={"DefaultTensorType": float32},
         )
+    return Path(dst)
+
+
+STATIC_OP_TYPES = ("MatMul", "Gemm", "Conv", "Gather")  # what the static int8 graph quantises by default
+
+
+def quantize_onnx_static_int8(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], calibration: Sequence[Sequence[int]], pad_id: int,
+    batch_size: int = 32, per_channel: bool = True, op_types: Sequence[str] | None = None,
+) -> Path:
+    """Calibrated static int8 of the portable graph ``src`` into ``dst``: ONNX Runtime's ``quantize_static`` in the
+    QDQ format (QuantizeLinear / DequantizeLinear pairs around each quantised operator), activation ranges taken
+    (min-max) from ``calibration``, token-id windows of training texts run in length-sorted batches of
+    ``batch_size``. Both runtimes read the QDQ format as int8 kernels: ONNX Runtime fuses the pairs into
+    QLinearConv / QLinearMatMul, OpenVINO into its int8 convolutions and matmuls. ``per_channel``: one weight scale
+    an output channel. ``op_types``: the operator types to quantise; the default, the weighted ones
+    (``STATIC_OP_TYPES``), leaves element-wise operators (Add, Mul) in fp32: OpenVINO 2026.4 fails to compile a
+    quantised bias Add, and they hold little of the compute. Inputs and outputs keep the fp32 graph's names, shapes
+    and dtypes."""
+    if not Path(src).is_file():
+        raise FileNotFoundError(f"no ONNX model at {src}; create one with minibert.export.export_onnx")
+    if not calibration:
+        raise ValueError("calibration has no windows; give token-id windows of training texts")
+    import_onnxruntime()
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from minibert.batching import pad_ids, sorted_batches
+
+    declared = {i.name for i in import_onnx().load(str(src), load_external_data=False).graph.input}
+
+    class Windows(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(sorted_batches([len(w) for w in calibration], batch_size))
+
+        def get_next(self) -> dict | None:
+            index = next(self.batches, None)
+            if index is None:
+                return None
+            ids, mask = pad_ids([calibration[i] for i in index], pad_id)
+            return {k: v for k, v in {"input_ids": ids, "attention_mask": mask,
+                                      "token_type_ids": np.zeros_like(ids)}.items() if k in declared}
+
+    with atomic_output(dst) as tmp, _without_preprocess_advice():
+        quantize_static(str(src), str(tmp), Windows(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        op_types_to_quantize=list(op_types or STATIC_OP_TYPES))
     return Path(dst)
 
 

@@ -1,39 +1,53 @@
-"""The inference runtime: raw text -> tokenizer -> ONNX Runtime session -> labels and probabilities.
+"""The inference runtime: raw text -> tokenizer -> an inference engine -> labels and probabilities.
 
-Reference: ONNX Runtime's Python API (``InferenceSession``) and the sliding-window reading of
-long texts in ``minibert.windows``. The runtime holds one tokenizer and one session and does the
+Reference: ONNX Runtime's and OpenVINO's Python APIs (``minibert.engines``) and the sliding-window reading of
+long texts in ``minibert.windows``. The runtime holds one tokenizer and one engine and does the
 rest in numpy: texts are tokenized in one batched call, cut into windows, the windows run in
 length-sorted batches (each padded only to its own longest window), and each text's window logits
-are combined into one row. No torch on the hot path.
+are combined into one row. Torch-free: the registered MLflow model serves through this module.
 
-``RuntimeConfig.device`` picks the execution provider (``minibert.export.DEVICES``): ``cpu`` by
-default; ``cuda`` / ``tensorrt`` when this onnxruntime build has them; ``auto`` takes the best one
-present. ``threads`` and ``optimization`` set the session's intra-op threads and graph level.
+The engine's path (``runtime/precision``: onnxruntime/fp32, openvino/fp32, openvino/bf16) is chosen per host:
+``RuntimeConfig.runtime`` and ``precision`` default to ``auto``, the fastest path this host has among those the
+graph's parity record (``minibert.contract.Parity``) lists or that pass its check here; a graph without a record
+runs on the portable path, onnxruntime/fp32. A path the record does not list is checked at load against the
+torch logits the record carries: under auto a path that fails is dropped with a warning, a path named
+explicitly that fails is an ArtifactError with the numbers. ``device`` picks ONNX Runtime's execution provider
+(``minibert.engines.DEVICES``): ``cpu`` by default; ``cuda`` / ``tensorrt`` run on ONNX Runtime.
+``threads`` and ``optimization`` set the engine's threads and ONNX Runtime's graph level.
 
 Shape legend: N texts, W windows, T window length, L labels.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 from tokenizers import Tokenizer
 
 from minibert.batching import batched_logits
-from minibert.contract import onnx_contract
-from minibert.export import DEVICES, OPTIMIZATION_LEVELS, load_session, onnx_logits
+from minibert.contract import Parity, onnx_contract, onnx_parity
+from minibert.engines import (
+    DEVICES,
+    OPTIMIZATION_LEVELS,
+    PORTABLE_PATH,
+    PRECISIONS,
+    RUNTIMES,
+    Engine,
+    available_paths,
+    choose_path,
+    load_engine,
+)
 from minibert.files import ArtifactError
 from minibert.tokenizer import CLS, PAD, SEP, encodable, load_tokenizer
 from minibert.validation import ConfigError, check_choice, check_types
 from minibert.windows import AGGREGATIONS, aggregate_windows, document_windows
 
-if TYPE_CHECKING:  # annotations only
-    import onnxruntime
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,9 +59,11 @@ class RuntimeConfig:
     stride: int | None = None  # window step for longer texts
     aggregate: str | None = None  # mean | max | first: window logits -> one row
     batch_size: int = 32  # windows a session call
-    threads: int = 0  # intra-op threads; 0 lets ONNX Runtime choose
-    optimization: str = "all"  # key of minibert.export.OPTIMIZATION_LEVELS
-    device: str = "cpu"  # key of minibert.export.DEVICES
+    threads: int = 0  # intra-op threads; 0 lets the runtime choose
+    optimization: str = "all"  # ONNX Runtime's graph level: key of minibert.engines.OPTIMIZATION_LEVELS
+    device: str = "cpu"  # ONNX Runtime's execution provider: key of minibert.engines.DEVICES
+    runtime: str = "auto"  # auto | onnxruntime | openvino (minibert.engines)
+    precision: str = "auto"  # auto | fp32 | bf16 (bf16 on OpenVINO, where the CPU has it natively)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -63,6 +79,11 @@ class RuntimeConfig:
             check_choice(self.aggregate, AGGREGATIONS, "aggregate")
         check_choice(self.optimization, OPTIMIZATION_LEVELS, "optimization")
         check_choice(self.device, DEVICES, "device")
+        check_choice(self.runtime, RUNTIMES, "runtime")
+        check_choice(self.precision, PRECISIONS, "precision")
+        if self.device != "cpu" and (self.runtime == "openvino" or self.precision == "bf16"):
+            raise ConfigError(f"device: {self.device!r} runs on ONNX Runtime in fp32; use runtime 'onnxruntime' or "
+                              "'auto' and precision 'fp32' or 'auto' with it")
 
 
 @dataclass(frozen=True)
@@ -77,13 +98,13 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=1, keepdims=True)
 
 
-def with_model_windows(cfg: RuntimeConfig, session: onnxruntime.InferenceSession) -> RuntimeConfig:
+def with_model_windows(cfg: RuntimeConfig, metadata: dict[str, str]) -> RuntimeConfig:
     """``cfg`` with the windows it leaves unset taken from the model's contract (its ONNX metadata); a graph
     without one needs ``max_length`` and ``stride`` given, and is read with ``aggregate`` mean unless told."""
     if None not in (cfg.max_length, cfg.stride, cfg.aggregate):
         return cfg
     try:
-        windows = onnx_contract(session.get_modelmeta().custom_metadata_map, "the ONNX model").windows
+        windows = onnx_contract(metadata, "the ONNX model").windows
     except ArtifactError as err:
         if cfg.max_length is None or cfg.stride is None:
             raise ConfigError(f"{err}; or give max_length and stride in RuntimeConfig") from None
@@ -92,19 +113,77 @@ def with_model_windows(cfg: RuntimeConfig, session: onnxruntime.InferenceSession
                    aggregate=cfg.aggregate or windows.aggregate)
 
 
-def model_temperature(session: onnxruntime.InferenceSession) -> float:
+def model_temperature(metadata: dict[str, str]) -> float:
     """The temperature the graph's contract records (``minibert.calibration``); 1.0 for a graph without one."""
     try:
-        return onnx_contract(session.get_modelmeta().custom_metadata_map, "the ONNX model").temperature
+        return onnx_contract(metadata, "the ONNX model").temperature
     except ArtifactError:
         return 1.0
 
 
-class TextClassifier:
-    """A tokenizer and an ONNX classifier session behind ``predict(texts)``."""
+def check_path(engine: Engine, parity: Parity, batch_size: int, pad_id: int) -> dict[str, float]:
+    """``engine``'s logits of the record's windows against the torch fp32 logits the record carries."""
+    got = batched_logits(engine, parity.windows, batch_size, pad_id)
+    expected = np.asarray(parity.logits, dtype=np.float32)
+    return {"argmax_agreement": float((got.argmax(1) == expected.argmax(1)).mean()),
+            "max_abs_diff": float(np.abs(got - expected).max())}
 
-    def __init__(self, tokenizer: Tokenizer, session: onnxruntime.InferenceSession, cfg: RuntimeConfig) -> None:
-        self.tokenizer, self.session, self.cfg = tokenizer, session, cfg
+
+def passes(result: dict[str, float], parity: Parity, precision: str) -> bool:
+    """Whether a check's ``result`` is within the record's agreement and its logit tolerance for ``precision``."""
+    return result["argmax_agreement"] >= parity.min_agreement and result["max_abs_diff"] <= parity.tolerance.get(precision, 0.0)
+
+
+def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: int) -> Engine:
+    """The graph at ``onnx_path`` on the fastest path ``cfg`` allows here that its parity record lists or that passes
+    the record's check now (module docstring); the portable path where none does."""
+    def load(path: str) -> Engine:
+        return load_engine(onnx_path, path, threads=cfg.threads, optimization=cfg.optimization, device=cfg.device)
+
+    named = cfg.runtime != "auto" or cfg.precision != "auto"
+    try:
+        wanted = choose_path(cfg.runtime, cfg.precision)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    portable = load(PORTABLE_PATH)  # runs any graph (ORT's contrib operators too) and reads its metadata
+    if cfg.device != "cpu":
+        return portable
+    parity = onnx_parity(portable.metadata, str(onnx_path))
+    for path in [wanted] if named else available_paths():
+        if parity is None:  # nothing to check a path against: the portable path, or the one asked for, unchecked
+            if path == PORTABLE_PATH or named:
+                if path != PORTABLE_PATH:
+                    log.warning("%s carries no parity record: %s runs unchecked", onnx_path, path)
+                return portable if path == PORTABLE_PATH else load(path)
+            continue
+        if path in parity.verified:
+            return portable if path == PORTABLE_PATH else load(path)
+        try:
+            engine = portable if path == PORTABLE_PATH else load(path)
+        except RuntimeError as err:  # e.g. OpenVINO cannot read ONNX Runtime's fused operators
+            if named:
+                raise ArtifactError(f"{onnx_path} does not load on {path}: {str(err).strip().splitlines()[-1]}") from None
+            log.warning("%s does not load on %s; trying the next path", onnx_path, path)
+            continue
+        result = check_path(engine, parity, cfg.batch_size, pad_id)
+        if passes(result, parity, path.split("/")[1]):
+            log.info("%s passed its parity check on %s here: %s", onnx_path, path, result)
+            return engine
+        failure = (f"{onnx_path} on {path}: argmax agreement {result['argmax_agreement']:.4f} (needs >= "
+                   f"{parity.min_agreement}), max |logit diff| {result['max_abs_diff']:.3g} (limit "
+                   f"{parity.tolerance.get(path.split('/')[1], 0.0):.3g}) on the {len(parity.windows)} windows of its "
+                   "parity record")
+        if named:
+            raise ArtifactError(f"{failure}; use runtime 'auto' or the portable path (runtime 'onnxruntime')")
+        log.warning("%s; trying the next path", failure)
+    return portable
+
+
+class TextClassifier:
+    """A tokenizer and an inference engine (``minibert.engines``) behind ``predict(texts)``."""
+
+    def __init__(self, tokenizer: Tokenizer, engine: Engine, cfg: RuntimeConfig) -> None:
+        self.tokenizer, self.engine, self.cfg = tokenizer, engine, cfg
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self.cls_id, self.sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
@@ -113,25 +192,35 @@ class TextClassifier:
         self._encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
         if None in (self.cls_id, self.sep_id, self.pad_id):
             raise ValueError(f"the tokenizer lacks {CLS}, {SEP} or {PAD}; use one trained by minibert.tokenizer")
-        self.num_labels = int(session.get_outputs()[0].shape[-1])
-        self.cfg = with_model_windows(cfg, session)
-        self.temperature = model_temperature(session)
+        self.num_labels = engine.num_labels
+        try:
+            labels = onnx_contract(engine.metadata, "the ONNX model").labels
+        except ArtifactError:
+            labels = ()
+        self.labels = labels or tuple(str(i) for i in range(self.num_labels))  # class names, in output order
+        self.cfg = with_model_windows(cfg, engine.metadata)
+        self.temperature = model_temperature(engine.metadata)
+
+    @property
+    def path(self) -> str:
+        """The path this classifier runs on (``runtime/precision``)."""
+        return self.engine.path
 
     @classmethod
     def from_files(
         cls, tokenizer_path: str | os.PathLike[str], onnx_path: str | os.PathLike[str], cfg: RuntimeConfig | None = None
     ) -> TextClassifier:
-        """Load ``tokenizer.json`` and an exported classifier (fp32, fused or int8 alike)."""
+        """Load ``tokenizer.json`` and an exported classifier (fp32, fused or int8 alike) on the path ``cfg`` picks."""
         cfg = cfg or RuntimeConfig()
-        session = load_session(Path(onnx_path), threads=cfg.threads, optimization=cfg.optimization, device=cfg.device)
-        return cls(load_tokenizer(tokenizer_path), session, cfg)
+        tokenizer = load_tokenizer(tokenizer_path)
+        pad_id = tokenizer.token_to_id(PAD)
+        return cls(tokenizer, open_engine(Path(onnx_path), cfg, 0 if pad_id is None else pad_id), cfg)
 
     def window_logits(self, windows: Sequence[Sequence[int]]) -> np.ndarray:
         """(W, L) logits of encoded windows, in input order."""
         if not windows:
             return np.empty((0, self.num_labels), dtype=np.float32)
-        return batched_logits(lambda ids, mask: onnx_logits(self.session, ids, mask), windows, self.cfg.batch_size,
-                              self.pad_id)
+        return batched_logits(self.engine, windows, self.cfg.batch_size, self.pad_id)
 
     def logits(self, texts: Sequence[str]) -> np.ndarray:
         """(N, L) logits, one row a text of any length (windows combined by ``cfg.aggregate``)."""

@@ -313,11 +313,13 @@ class DistillParams:
 
 @dataclass(frozen=True)
 class QuantizeParams:
-    """Dynamic int8: torch's Linear layers and ORT's MatMul / Attention (and Conv with ``conv``)."""
+    """The deployed graph: calibrated static int8 of the portable graph (``pipeline.stages.quantize``)."""
 
-    reduce_range: bool = False  # 7-bit weights: ORT's advice for CPUs without VNNI (benchmarks/compression.py)
-    per_channel: bool = False  # one scale per output channel instead of per tensor
-    conv: bool = False  # ORT int8 Conv weights too (ConvInteger): slower than fp32 convolutions here (benchmarks/JOURNAL.md)
+    calibration_texts: int = 512  # training texts whose windows set the activation ranges (seeded by train.seed)
+    per_channel: bool = True  # one weight scale an output channel instead of one a tensor
+
+    def __post_init__(self) -> None:
+        check_ranges("quantize", self, {"calibration_texts": ">= 1"})
 
 
 @dataclass(frozen=True)

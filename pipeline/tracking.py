@@ -217,12 +217,13 @@ def stage_run(stage: str, params: Params, inputs: Sequence[Path]) -> Iterator[Ml
 
 def log_pyfunc_model(
     name: str, python_model: str, artifacts: dict[str, str], pip_requirements: list[str], input_example: Any,
-    registered_model_name: str, model_config: dict[str, Any], tags: dict[str, str],
+    registered_model_name: str, model_config: dict[str, Any], tags: dict[str, str], code_paths: list[str] | None = None,
 ) -> str:
     """Log a models-from-code pyfunc in the active run, register it, tag the version; returns the version."""
     info = mlflow.pyfunc.log_model(
         name=name,
         python_model=python_model,
+        code_paths=code_paths,
         artifacts=artifacts,
         pip_requirements=pip_requirements,
         input_example=input_example,

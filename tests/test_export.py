@@ -18,13 +18,8 @@ from conftest import padded_batch
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
 from minibert import export as export_mod
-from minibert.export import (
-    OPTIMIZATION_LEVELS,
-    export_onnx,
-    load_session,
-    onnx_logits,
-    parity,
-)
+from minibert.engines import OPTIMIZATION_LEVELS, load_session, onnx_logits
+from minibert.export import export_onnx, parity
 
 VOCAB = 300
 ATOL = 1e-4

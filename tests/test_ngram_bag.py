@@ -111,7 +111,8 @@ def test_a_bagged_checkpoint_round_trips_and_bad_bags_name_their_field(tmp_path:
 
 
 def test_the_bag_exports_to_onnx_and_hashes_there_as_in_torch(tmp_path: Path) -> None:
-    from minibert.export import export_onnx, load_session, onnx_logits
+    from minibert.engines import load_session, onnx_logits
+    from minibert.export import export_onnx
 
     torch.manual_seed(0)
     vocab = 16000  # large ids: the int64 hash must not overflow or differ in the graph

@@ -12,7 +12,8 @@ from conftest import padded_batch
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
 from minibert.attention import SelfAttention
-from minibert.export import export_onnx, load_session, onnx_logits
+from minibert.engines import load_session, onnx_logits
+from minibert.export import export_onnx
 from minibert.ort_fusion import _fused_forward, _OrtAttention, fused_attention, fused_operator_counts, optimize_for_ort
 from minibert.quantize import quantize_onnx_int8
 

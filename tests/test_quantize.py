@@ -20,7 +20,8 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 
 from minibert import ClassifierConfig, ModelConfig, SequenceClassifier, build_classifier
-from minibert.export import export_onnx, load_session, onnx_logits
+from minibert.engines import load_session, onnx_logits
+from minibert.export import export_onnx
 from minibert.quantize import (
     load_int8,
     model_size_bytes,

@@ -3,11 +3,14 @@ windows, labels and probabilities out; providers chosen as documented; bad setti
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import toy_classifier, toy_texts, toy_tokenizer
 
-from minibert.export import execution_providers, export_onnx
+from minibert.engines import execution_providers
+from minibert.export import export_onnx
 from minibert.quantize import quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.validation import ConfigError
@@ -92,5 +95,133 @@ def test_cuda_runtime_matches_cpu(setup) -> None:
     _, _, tok_path, paths, texts = setup
     cpu = TextClassifier.from_files(tok_path, paths["plain"], RuntimeConfig(max_length=16, stride=6))
     cuda = TextClassifier.from_files(tok_path, paths["plain"], RuntimeConfig(max_length=16, stride=6, device="cuda"))
-    assert cuda.session.get_providers()[0] == "CUDAExecutionProvider"
+    assert cuda.engine.handle.get_providers()[0] == "CUDAExecutionProvider"
     np.testing.assert_allclose(cuda.logits(texts), cpu.logits(texts), atol=1e-3)
+
+
+# --- inference paths: OpenVINO, static int8, the parity record ----------------------------------------------------
+
+from minibert.contract import Contract, Parity, Windows, onnx_parity, read_onnx_contract, stamp_onnx, stamp_parity  # noqa: E402
+from minibert.engines import PORTABLE_PATH, available_paths, choose_path, load_engine  # noqa: E402
+from minibert.files import ArtifactError  # noqa: E402
+from minibert.quantize import quantize_onnx_static_int8  # noqa: E402
+from minibert.tokenizer import CLS, PAD, SEP  # noqa: E402
+from minibert.windows import document_windows  # noqa: E402
+from pipeline.task import encode_documents  # noqa: E402
+
+needs_openvino = pytest.mark.skipif("openvino/fp32" not in available_paths(), reason="openvino is not installed")
+WINDOWS = Windows(16, 6, "mean")
+
+
+def cut(tok, texts: list[str]) -> list[list[int]]:
+    return document_windows(encode_documents(tok, texts), 16, 6, tok.token_to_id(CLS), tok.token_to_id(SEP))[0]
+
+
+@pytest.fixture(scope="module")
+def stamped(setup, tmp_path_factory: pytest.TempPathFactory):
+    """The toy model's portable graph and its static int8, each carrying a contract, and the torch logits."""
+    model, tok, tok_path, paths, texts = setup
+    tmp = tmp_path_factory.mktemp("paths")
+    contract = Contract("classifier", None, WINDOWS, ("no", "yes"))
+    fp32 = export_onnx(model, tmp / "fp32.onnx")
+    stamp_onnx(fp32, contract)
+    calibration = cut(tok, toy_texts(np.random.default_rng(5), [12] * 64))
+    int8 = quantize_onnx_static_int8(fp32, tmp / "int8.onnx", calibration, tok.token_to_id(PAD))
+    stamp_onnx(int8, contract)
+    expected = text_logits(model, tok, WINDOWS, batch_size=8)(texts)
+    return model, tok, tok_path, fp32, int8, texts, expected
+
+
+def test_choose_path_takes_the_fastest_present_and_refuses_what_the_host_lacks() -> None:
+    paths = available_paths()
+    assert paths[-1] == PORTABLE_PATH and choose_path() == paths[0]
+    assert choose_path("onnxruntime") == PORTABLE_PATH
+    with pytest.raises(ValueError, match="bf16' runs on OpenVINO only"):
+        choose_path("onnxruntime", "bf16")
+    with pytest.raises(ValueError, match="runtime"):
+        choose_path("tvm")
+
+
+def test_static_int8_is_int8_and_stays_close_to_torch_on_every_path(stamped) -> None:
+    import onnx
+
+    _, tok, tok_path, _, int8, texts, expected = stamped
+    ops = {node.op_type for node in onnx.load(str(int8)).graph.node}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= ops, "the QDQ format: int8 weights and activations"
+    for path in available_paths():
+        engine = load_engine(int8, path, threads=1)
+        got = TextClassifier(tok, engine, RuntimeConfig(batch_size=8)).logits(texts)
+        assert engine.path == path and got.shape == expected.shape
+        assert not np.allclose(got, expected, atol=1e-5), f"{path}: int8 changes the numbers a little"
+        assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max() + 0.05, path
+
+
+@needs_openvino
+def test_openvino_fp32_matches_onnx_runtime_on_the_portable_graph(stamped) -> None:
+    _, tok, tok_path, fp32, _, texts, expected = stamped
+    runtime = TextClassifier.from_files(tok_path, fp32, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
+    assert runtime.path == "openvino/fp32" and runtime.labels == ("no", "yes")
+    np.testing.assert_allclose(runtime.logits(texts), expected, atol=1e-4)
+
+
+def with_record(stamped, tmp_path, verified: dict, tolerance: float, logits_shift: float = 0.0, agreement: float = 0.995):
+    """A copy of the fp32 graph with a parity record: ``verified`` paths, every window of the texts as the probe."""
+    import shutil
+
+    model, tok, _, fp32, _, texts, _ = stamped
+    graph = Path(shutil.copy(fp32, tmp_path / "recorded.onnx"))
+    windows = cut(tok, texts)
+    from minibert.inference import predict_logits
+
+    probe = predict_logits(model.eval(), windows, batch_size=8, pad_id=tok.token_to_id(PAD)) + logits_shift
+    stamp_parity(graph, Parity(verified, tuple(map(tuple, windows)), tuple(map(tuple, probe.tolist())),
+                               {"fp32": tolerance, "bf16": tolerance}, agreement))
+    return graph
+
+
+def test_without_a_parity_record_auto_runs_the_portable_path(stamped) -> None:
+    _, _, tok_path, fp32, *_ = stamped
+    assert onnx_parity(load_engine(fp32).metadata, "fp32") is None
+    assert TextClassifier.from_files(tok_path, fp32).path == PORTABLE_PATH
+
+
+@needs_openvino
+def test_auto_checks_an_unlisted_path_at_load_and_takes_it_when_it_passes(stamped, tmp_path) -> None:
+    # a random toy model's logits sit near ties, where bf16 may flip one: the check's limits are loose here
+    graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=10.0, agreement=0.0)
+    runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
+    assert runtime.path == available_paths()[0] != PORTABLE_PATH
+    assert read_onnx_contract(graph).labels == ("no", "yes"), "the record sits beside the contract"
+
+
+@needs_openvino
+def test_an_unlisted_path_that_fails_its_check_is_dropped_under_auto_and_refused_when_named(stamped, tmp_path,
+                                                                                            caplog) -> None:
+    """The record's torch logits are shifted by 1: no path is within 1e-3 of them, so the check fails everywhere
+    but the portable path, which the record lists (verified when the graph was written)."""
+    graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=1e-3, logits_shift=1.0)
+    with caplog.at_level("WARNING", logger="minibert.runtime"):
+        runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
+    assert runtime.path == PORTABLE_PATH
+    assert "max |logit diff| 1 (limit 0.001)" in caplog.text and "trying the next path" in caplog.text
+    with pytest.raises(ArtifactError, match=r"on openvino/fp32: argmax agreement 1.0000 .* max \|logit diff\| 1 "):
+        TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
+
+
+@needs_openvino
+def test_a_listed_path_is_taken_without_a_check(stamped, tmp_path) -> None:
+    graph = with_record(stamped, tmp_path, {p: {"argmax_agreement": 1.0} for p in available_paths()}, tolerance=1e-3,
+                        logits_shift=1.0)
+    assert TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1)).path == available_paths()[0]
+
+
+@needs_openvino
+def test_openvino_cannot_read_ort_dynamic_int8_and_auto_falls_back(setup, tmp_path) -> None:
+    """ORT's dynamic int8 of the fused graph holds QAttention, which OpenVINO's ONNX reader lacks."""
+    model, tok, tok_path, paths, texts = setup
+    graph = with_record((model, tok, tok_path, paths["int8"], None, texts, None), tmp_path,
+                        {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=1e-3)
+    assert TextClassifier.from_files(tok_path, graph, RuntimeConfig(max_length=16, stride=6)).path == PORTABLE_PATH
+    with pytest.raises(ArtifactError, match="does not load on openvino/fp32: .*QAttention"):
+        TextClassifier.from_files(tok_path, graph, RuntimeConfig(max_length=16, stride=6, runtime="openvino",
+                                                                 precision="fp32"))

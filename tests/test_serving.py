@@ -8,13 +8,13 @@ import pytest
 from conftest import toy_classifier, toy_texts, toy_tokenizer
 
 from minibert import ClassifierConfig
-from minibert.export import export_onnx, load_session, session_callable
-from minibert.windows import sliding_windows
+from minibert.engines import load_session
+from minibert.export import export_onnx, session_callable
 from pipeline.params import TaskParams
 from pipeline.task import text_logits
 
 pytest.importorskip("mlflow")
-from pipeline.serving_model import TextClassifierModel, windows  # noqa: E402
+from pipeline.serving_model import TextClassifierModel  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +33,6 @@ def served(tmp_path_factory: pytest.TempPathFactory):
     return pyfunc, model, tok, task, onnx_path, texts
 
 
-def test_window_rule_matches_the_library() -> None:
-    for n in (0, 5, 14, 15, 33, 100):
-        ids = list(range(10, 10 + n))
-        assert windows(ids, 16, 6, 2, 3) == sliding_windows(ids, 16, 6, 2, 3)
-
-
 def test_served_logits_equal_the_evaluate_stage_on_long_texts(served) -> None:
     pyfunc, model, tok, task, onnx_path, texts = served
     expected = text_logits(session_callable(load_session(onnx_path, threads=1)), tok, task, batch_size=8)(texts)
@@ -47,12 +41,28 @@ def test_served_logits_equal_the_evaluate_stage_on_long_texts(served) -> None:
     np.testing.assert_allclose(pyfunc.logits(texts), torch_logits, atol=1e-4)
 
 
-def test_served_logits_equal_the_library_runtime(served) -> None:
-    from minibert.runtime import RuntimeConfig, TextClassifier
+def test_the_served_model_loads_and_answers_without_torch(served, tmp_path) -> None:
+    """The serving environment has no torch: the pyfunc and the minibert modules it serves through import none."""
+    import json
+    import subprocess
+    import sys
 
-    pyfunc, _, tok, _, onnx_path, texts = served
-    runtime = TextClassifier(tok, load_session(onnx_path, threads=1), RuntimeConfig(max_length=16, stride=6, batch_size=8))
-    np.testing.assert_allclose(pyfunc.logits(texts), runtime.logits(texts), atol=1e-5)
+    _, _, _, _, onnx_path, texts = served
+    tok_path = onnx_path.parent / "tokenizer.json"
+    script = f"""
+import sys, json
+sys.modules["torch"] = None  # any import of torch now fails
+from types import SimpleNamespace
+from pipeline.serving_model import TextClassifierModel
+model = TextClassifierModel()
+model.load_context(SimpleNamespace(artifacts={{"tokenizer": {str(tok_path)!r}, "onnx": {str(onnx_path)!r}}},
+                                   model_config={{"max_length": 16, "stride": 6, "threads": 1}}))
+print(json.dumps(model.predict(None, {texts!r})["label"].tolist()))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    pyfunc = served[0]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == pyfunc.predict(None, texts)["label"].tolist()
 
 
 def test_predict_returns_labels_and_probabilities(served) -> None:
@@ -149,7 +159,7 @@ def test_the_served_and_runtime_probabilities_follow_the_graphs_temperature_and_
     expected = softmax(logits / 0.25)
     np.testing.assert_allclose(out[[f"p_{c}" for c in classes]].to_numpy(), expected, rtol=1e-5)
     assert not np.allclose(expected, softmax(logits), atol=1e-3), "the temperature changes the probabilities"
-    runtime = TextClassifier(tok, load_session(graph, threads=1), RuntimeConfig(batch_size=8))
+    runtime = TextClassifier.from_files(tok_path, graph, RuntimeConfig(batch_size=8, threads=1))
     np.testing.assert_allclose(runtime.predict(texts).probabilities, expected, rtol=1e-4, atol=1e-6)
     assert out["label"].tolist() == [classes[i] for i in logits.argmax(1)], "the argmax is the model's"
 

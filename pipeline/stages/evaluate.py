@@ -4,8 +4,9 @@ Variants: ``baseline`` (TF-IDF + LR), ``teacher`` (fine-tuned, torch, in the pre
 fine-tuned in, ``train.precision``, as ``teacher_logits`` scores it: bf16 autocast where native
 with ``auto``, 1.7x faster than fp32, and most of this stage's time on IMDb), ``student``
 (distilled, torch fp32), ``student_int8`` (torch dynamic int8), ``student_onnx`` (portable ONNX,
-ONNX Runtime fp32) and ``student_onnx_int8`` (fused + int8 ONNX through ``minibert.runtime``:
-the deployed chain). Each model reads texts through the windows its file records
+ONNX Runtime fp32: the chain before OpenVINO) and ``student_onnx_int8`` (static int8 ONNX through
+``minibert.runtime`` on the fastest path this host has that the graph's parity record allows, ``openvino`` and
+``bf16_inference`` saying which: the deployed chain). Each model reads texts through the windows its file records
 (``minibert.contract``): longer texts (IMDb) through several. Speed is measured end to end from raw text (tokenization included):
 
 - latency: p50 / p95 of ``pipeline.metrics.LATENCY_ROWS`` single texts, one at a time, on one thread;
@@ -84,6 +85,7 @@ class Variant:
     probabilities: bool = False  # predict returns class probabilities (else logits)
     bf16: bool = False  # torch under bf16 autocast
     temperature: float = 1.0  # its logits' divisor before the softmax, as its file records (minibert.calibration)
+    engine_path: str = ""  # an exported graph's inference path here (runtime/precision, minibert.engines)
 
 
 @dataclass(frozen=True)
@@ -110,18 +112,21 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
         "ece_before_temperature": reliability(labels, class_probabilities(scores, False), CALIBRATION_BINS)[1]}
     metrics = {**classification_metrics(labels, scores), "ece": ece, **calibrated, **latency,
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
-               "bf16_autocast": float(variant.bf16)}
+               "bf16_autocast": float(variant.bf16),
+               **({"openvino": float(variant.engine_path.startswith("openvino")),
+                   "bf16_inference": float(variant.engine_path.endswith("bf16"))} if variant.engine_path else {})}
     return Measured(metrics, probabilities, bins)
 
 
-def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int) -> Variant:
+def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int, runtime: str = "auto") -> Variant:
     """An exported classifier behind the inference runtime, on ``threads`` and on one; it reads texts
-    through the windows its file records."""
-    def runtime(count: int) -> TextClassifier:
-        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count))
+    through the windows its file records, on the path ``runtime`` picks on this host (``minibert.runtime``)."""
+    def classifier(count: int) -> TextClassifier:
+        return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count, runtime=runtime))
 
-    batched = runtime(threads)
-    return Variant(name, path, batched.logits, runtime(1).logits, temperature=batched.temperature)
+    batched = classifier(threads)
+    return Variant(name, path, batched.logits, classifier(1).logits, temperature=batched.temperature,
+                   engine_path=batched.path)
 
 
 def run(variants: list[Variant], test: pd.DataFrame, threads: int) -> dict[str, Measured]:
@@ -215,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
             torch_variant("teacher", teacher, args.teacher, teacher_precision, reads=teacher_reads),
             torch_variant("student", student, args.student),
             torch_variant("student_int8", int8, args.int8),
-            onnx_variant("student_onnx", args.onnx, args.tokenizer, threads),
+            onnx_variant("student_onnx", args.onnx, args.tokenizer, threads, runtime="onnxruntime"),
             onnx_variant("student_onnx_int8", args.onnx_int8, args.tokenizer, threads),
         ]
         measured = run(variants, test, threads)

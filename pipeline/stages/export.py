@@ -28,7 +28,8 @@ from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import check_tokenizer, read_contract, read_metadata
 from minibert.classifiers import load_classifier
 from minibert.contract import stamp_onnx
-from minibert.export import export_onnx, load_session, parity
+from minibert.engines import load_session
+from minibert.export import export_onnx, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
 from minibert.tokenizer import CLS, SEP, load_tokenizer

@@ -1,13 +1,18 @@
-"""quantize: dynamic int8 versions of the distilled student, in torch and in ONNX Runtime.
+"""quantize: the deployed graph, calibrated static int8 of the student, gated on every inference path; and torch's
+dynamic int8 of it.
 
+``student_int8.onnx``: ONNX Runtime's static quantisation (QDQ format) of the portable graph from ``export``,
+activation ranges calibrated on ``quantize.calibration_texts`` training texts read through the student's windows
+(``minibert.quantize.quantize_onnx_static_int8``): int8 convolutions, matmuls and embeddings on ONNX Runtime and
+OpenVINO alike. It is the deployed chain. Before it is written, every inference path this host has reads the test
+split of record through it and is held against the torch fp32 student (``pipeline.deployment``: argmax agreement,
+accuracy, the logit tolerance of its precision); the paths that pass and their numbers go into its parity record,
+the stage refuses (writing nothing) when the portable path fails. It is stamped with the student's contract
+(windows, labels: ``minibert.contract``) and the temperature that calibrates its probabilities on the validation
+split (``minibert.calibration``; ECE and NLL before and after in the metrics).
 ``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
-``student_int8.onnx``: ONNX Runtime dynamic quantization of the fused graph from ``export``
-(MatMul, Attention and embedding weights to int8, Conv too with ``quantize.conv``;
-``quantize.reduce_range`` / ``per_channel`` as set); the deployed chain, stamped with the fused graph's
-contract (windows, labels: ``minibert.contract``) and the temperature that calibrates its probabilities on the
-validation split (``minibert.calibration``; ECE and NLL before and after in the metrics). Reports sizes and validation accuracy of each against
-its fp32 source, read through the student's own windows, so a quantization that hurts shows up here
-before evaluate.
+Reports sizes, and validation accuracy of each against its fp32 source, so a quantization that hurts shows up
+here before evaluate.
 """
 
 from __future__ import annotations
@@ -16,20 +21,33 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+import torch
+
 from minibert.calibration import fit_temperature, nll
-from minibert.checkpoint import check_tokenizer
+from minibert.checkpoint import check_tokenizer, read_contract
 from minibert.classifiers import load_classifier
-from minibert.contract import read_onnx_contract, stamp_onnx
-from minibert.export import load_session, session_callable
-from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
+from minibert.contract import stamp_onnx, stamp_parity
+from minibert.engines import PORTABLE_PATH, load_engine
+from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_static_int8, save_int8
 from minibert.runtime import softmax
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
+from minibert.windows import document_windows
+from pipeline.deployment import gate, parity_record
 from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
+from pipeline.task import encode_documents, text_logits
 from pipeline.tracking import stage_run
+
+
+def calibration_windows(tok, texts: list[str], windows) -> list[list[int]]:  # noqa: ANN001 - tokenizer, Windows
+    """The token-id windows of ``texts`` as the student reads them."""
+    cut, _ = document_windows(encode_documents(tok, texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
+                              tok.token_to_id(SEP))
+    return cut
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,47 +55,68 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--student", type=Path, default=Path("models/distill/model.safetensors"))
-    parser.add_argument("--fused", type=Path, default=Path("models/export/student_fused.onnx"))
+    parser.add_argument("--portable", type=Path, default=Path("models/export/student.onnx"))
     parser.add_argument("--out", type=Path, default=Path("models/quantize/student_int8.pt"))
     parser.add_argument("--onnx-out", type=Path, default=Path("models/quantize/student_int8.onnx"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/quantize.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.quantize
-    val_path = split_path(args.data, "val")
-    inputs = [args.student, args.fused, val_path, args.tokenizer]
-    with stage_run("quantize", params, inputs) as tracker:
+    cfg, threads = params.quantize, params.export.threads
+    paths = {split: split_path(args.data, split) for split in ("train", "val", "test")}
+    with stage_run("quantize", params, [args.student, args.portable, *paths.values(), args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
-        student = load_classifier(args.student)
+        student = load_classifier(args.student).eval()
+        contract = read_contract(args.student)
         int8 = quantize_dynamic_int8(student)
-        save_int8(int8, args.out)
-        quantize_onnx_int8(args.fused, args.onnx_out, reduce_range=cfg.reduce_range, per_channel=cfg.per_channel,
-                           conv=cfg.conv)
-        contract = read_onnx_contract(args.fused)
-        val_logits, labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
-        threads = params.export.threads
-        logits = {name: val_logits(model) for name, model in (
-            ("fp32", student), ("int8", int8),
-            ("onnx_fp32", session_callable(load_session(args.fused, threads=threads))),
-            ("onnx_int8", session_callable(load_session(args.onnx_out, threads=threads))))}
-        accuracy = {name: classification_metrics(labels, scores)["accuracy"] for name, scores in logits.items()}
-        # the deployed graph reads texts as the graph it was made from, its probabilities calibrated on validation
-        temperature = fit_temperature(logits["onnx_int8"], labels)
-        stamp_onnx(args.onnx_out, replace(contract, temperature=temperature))
-        calibrated = {when: reliability(labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
+        train = load_split(args.data, "train")["text"]
+        sample = train.sample(n=min(cfg.calibration_texts, len(train)), random_state=params.train.seed).tolist()
+        candidate = args.onnx_out.with_name(f".candidate.{args.onnx_out.name}")
+        try:
+            quantize_onnx_static_int8(args.portable, candidate, calibration_windows(tok, sample, contract.windows),
+                                      tok.token_to_id(PAD), per_channel=cfg.per_channel)
+            stamp_onnx(candidate, contract)
+            test = load_split(args.data, "test")
+            texts, labels = test["text"].tolist(), test["label"].to_numpy()
+            with torch.inference_mode():
+                reference = text_logits(student, tok, contract.windows, batch_size=32)(texts)
+            verified, refused = gate(candidate, tok, texts, labels, reference, threads)
+            val_logits, val_labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
+
+            def engine_logits(graph: Path) -> np.ndarray:
+                engine = load_engine(graph, PORTABLE_PATH, threads=threads)
+                return val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
+
+            logits = {"fp32": val_logits(student), "int8": val_logits(int8), "onnx_fp32": engine_logits(args.portable),
+                      "onnx_int8": engine_logits(candidate)}
+            # the deployed graph's probabilities calibrated on validation
+            temperature = fit_temperature(logits["onnx_int8"], val_labels)
+            stamp_onnx(candidate, replace(contract, temperature=temperature))
+            stamp_parity(candidate, parity_record(student, tok, texts, contract.windows, verified))
+            save_int8(int8, args.out)
+            candidate.replace(args.onnx_out)
+        finally:
+            candidate.unlink(missing_ok=True)
+        accuracy = {name: classification_metrics(val_labels, scores)["accuracy"] for name, scores in logits.items()}
+        calibrated = {when: reliability(val_labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
                       for when, t in (("before", 1.0), ("after", temperature))}
         metrics = {
             "temperature": temperature,
             "val_ece_before_temperature": calibrated["before"], "val_ece": calibrated["after"],
-            "val_nll_before_temperature": nll(logits["onnx_int8"], labels), "val_nll": nll(logits["onnx_int8"], labels, temperature),
+            "val_nll_before_temperature": nll(logits["onnx_int8"], val_labels),
+            "val_nll": nll(logits["onnx_int8"], val_labels, temperature),
             "fp32_mb": model_size_bytes(student) / 1e6,
             "int8_mb": model_size_bytes(int8) / 1e6,
-            "onnx_fp32_mb": args.fused.stat().st_size / 1e6,
+            "onnx_fp32_mb": args.portable.stat().st_size / 1e6,
             "onnx_int8_mb": args.onnx_out.stat().st_size / 1e6,
             **{f"val_accuracy_{name}": value for name, value in accuracy.items()},
             "val_accuracy_delta": accuracy["int8"] - accuracy["fp32"],
             "val_accuracy_delta_onnx": accuracy["onnx_int8"] - accuracy["onnx_fp32"],
+            "calibration_texts": len(sample),
+            "paths_verified": float(len(verified)),
+            "refused_paths": refused,  # path -> why (its numbers, or why it does not load)
+            **{f"test_{path.replace('/', '_')}_{key}": value for path, result in verified.items()
+               for key, value in result.items()},
         }
         finish_stage(tracker, metrics, args.metrics, {args.onnx_out: "onnx"})
 

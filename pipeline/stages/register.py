@@ -37,21 +37,32 @@ from pipeline.tracking import (
     stage_run,
 )
 
-SERVING_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "pandas")
+SERVING_PACKAGES = ("onnxruntime", "openvino", "tokenizers", "numpy", "pandas")
 SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
+SERVING_LIBRARY = Path(__file__).resolve().parents[2] / "minibert"  # shipped beside it: it serves through minibert.runtime
 INFERENCE_PARAMS = {"min_confidence": 0.0}  # the served model's inference params and defaults (its signature's)
 
 
 def pip_requirements() -> list[str]:
-    """Exact pins of what the serving model imports, from this environment (no inference)."""
-    return [f"{name}=={importlib.metadata.version(name)}" for name in SERVING_PACKAGES]
+    """Exact pins of what the serving model imports, from this environment (no inference); a package this
+    environment lacks is left out (openvino: the served model then runs on ONNX Runtime)."""
+    pins = []
+    for name in SERVING_PACKAGES:
+        try:
+            pins.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            if name != "openvino":
+                raise
+    return pins
 
 
 def serving_config(contract: Contract, threads: int) -> dict:
-    """The registered model's ``model_config`` (``pipeline.serving_model``): the session's threads, and the
-    deployed graph's windows as its file records them (the served model reads them from the graph too)."""
+    """The registered model's ``model_config`` (``pipeline.serving_model``): the engine's threads, the inference path
+    (auto: the serving host's fastest verified one, ``minibert.runtime``), and the deployed graph's windows as its
+    file records them (the served model reads them from the graph too)."""
     windows = contract.windows
-    return {"max_length": windows.max_length, "stride": windows.stride, "aggregate": windows.aggregate, "threads": threads}
+    return {"max_length": windows.max_length, "stride": windows.stride, "aggregate": windows.aggregate, "threads": threads,
+            "runtime": "auto", "precision": "auto"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -94,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         version = log_pyfunc_model(
             name="model",
             python_model=str(SERVING_CODE),
+            code_paths=[str(SERVING_LIBRARY)],
             artifacts={"onnx": str(args.onnx), "tokenizer": str(args.tokenizer), "readme": str(args.card)},
             pip_requirements=pip_requirements(),
             input_example=(example, INFERENCE_PARAMS),

@@ -1,0 +1,235 @@
+"""Inference engines: one exported ONNX classifier behind ``engine(ids, mask) -> logits``, on ONNX Runtime or
+OpenVINO, in the precision the CPU runs fastest; torch-free, so the serving environment can import it.
+
+References: ONNX Runtime's Python API (``InferenceSession``, ``SessionOptions``) and OpenVINO's
+(``Core.read_model`` reads the ONNX file itself, ``compile_model`` with ``INFERENCE_NUM_THREADS``,
+``PERFORMANCE_HINT`` and ``INFERENCE_PRECISION_HINT``). A *path* is a runtime and the precision it computes
+in, written ``runtime/precision``:
+
+    onnxruntime/fp32   ORT's CPU (or CUDA / TensorRT) provider; any graph, fused contrib operators included
+    openvino/fp32      OpenVINO's CPU plugin; standard operators only (the portable or int8 QDQ graph)
+    openvino/bf16      the same with bf16 inference precision: fp32 in, bf16 products with fp32 sums inside;
+                       needs a CPU with native bf16 (AVX512-BF16 or AMX), which OpenVINO reports as ``BF16``
+
+An int8 graph (quantize-dequantize pairs, ``minibert.quantize``) runs its int8 operators in int8 on any path;
+the precision names what the rest of the graph computes in. ``choose_path("auto", "auto")`` takes OpenVINO
+where it is installed and bf16 where the CPU has it (benchmarks/serving_runtimes.py measured that order), and
+ONNX Runtime fp32 everywhere else: the portable path, always installed. Which paths a graph was verified on,
+and the windows to verify another on, are in its metadata (``minibert.contract.Parity``); ``minibert.runtime``
+checks a path the file does not list before it answers with it.
+
+Shape legend: B batch, T sequence length, L labels.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUTPUT_NAME = "logits"
+RUNTIMES = ("auto", "onnxruntime", "openvino")
+PRECISIONS = ("auto", "fp32", "bf16")
+# Our name -> onnxruntime.GraphOptimizationLevel member (looked up lazily: ORT is optional).
+OPTIMIZATION_LEVELS: dict[str, str] = {
+    "none": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+# device -> ONNX Runtime execution providers, in preference order (CPU always last, as fallback).
+DEVICES: dict[str, tuple[str, ...]] = {
+    "cpu": ("CPUExecutionProvider",),
+    "cuda": ("CUDAExecutionProvider", "CPUExecutionProvider"),
+    "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+    "auto": ("TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"),
+}
+PORTABLE_PATH = "onnxruntime/fp32"  # the path every host can take
+
+
+def import_onnxruntime() -> Any:
+    """The ``onnxruntime`` module, or an ImportError that says what to install."""
+    try:
+        import onnxruntime
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("ONNX Runtime inference needs onnxruntime: pip install 'onnxruntime>=1.32'") from err
+    return onnxruntime
+
+
+def openvino_module() -> Any | None:
+    """The ``openvino`` module, or None where it is not installed (the portable path then serves)."""
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return openvino
+
+
+def cpu_has_bf16() -> bool:
+    """Whether OpenVINO's CPU plugin computes natively in bf16 here (AVX512-BF16 or AMX); False without OpenVINO."""
+    ov = openvino_module()
+    return ov is not None and "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+
+
+def available_paths() -> list[str]:
+    """The paths this host can run, fastest first (the order ``choose_path`` takes with auto)."""
+    paths = []
+    if openvino_module() is not None:
+        paths += (["openvino/bf16"] if cpu_has_bf16() else []) + ["openvino/fp32"]
+    return [*paths, PORTABLE_PATH]
+
+
+def choose_path(runtime: str = "auto", precision: str = "auto") -> str:
+    """``runtime/precision`` for these settings on this host: auto takes the fastest available (``available_paths``);
+    a named runtime or precision this host cannot run is a ValueError that says what it lacks."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime: {runtime!r} is not one of {list(RUNTIMES)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
+    paths = available_paths()
+    wanted = [p for p in paths if runtime in ("auto", p.split("/")[0]) and precision in ("auto", p.split("/")[1])]
+    if wanted:
+        return wanted[0]
+    if runtime == "openvino" and openvino_module() is None:
+        raise ValueError("runtime 'openvino' needs the openvino package (pip install openvino); or use runtime 'auto'")
+    if precision == "bf16" and runtime == "onnxruntime":
+        raise ValueError("precision 'bf16' runs on OpenVINO only; use runtime 'openvino' or 'auto'")
+    raise ValueError(f"precision {precision!r} is not native on this CPU (OpenVINO reports no BF16); use 'fp32' or 'auto'")
+
+
+def execution_providers(device: str, available: Iterable[str]) -> list[str]:
+    """The providers to ask ONNX Runtime for on ``device`` (a key of ``DEVICES``), given those it has.
+
+    ``auto`` takes whatever is present, TensorRT before CUDA before CPU; a named accelerator that
+    this onnxruntime build lacks is an error (install onnxruntime-gpu), never a silent CPU run.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device: {device!r} is not one of {sorted(DEVICES)}")
+    available = set(available)
+    wanted = [p for p in DEVICES[device] if p in available or p == "CPUExecutionProvider"]
+    if device not in ("cpu", "auto") and DEVICES[device][0] not in available:
+        raise ValueError(
+            f"device {device!r} needs {DEVICES[device][0]}, which this onnxruntime lacks "
+            f"(it has {sorted(available)}); install onnxruntime-gpu or use device 'cpu' or 'auto'"
+        )
+    return wanted
+
+
+def _check_file(path: str | os.PathLike[str]) -> None:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no ONNX model at {path}; create one with minibert.export.export_onnx")
+
+
+def load_session(path: str | os.PathLike[str], threads: int = 0, optimization: str = "all", device: str = "cpu") -> Any:
+    """An ONNX Runtime session for ``path``.
+
+    threads: intra-op threads; 0 lets ONNX Runtime choose (one per physical core).
+    optimization: a key of ``OPTIMIZATION_LEVELS`` (none, basic, extended, all).
+    device: a key of ``DEVICES`` (cpu, cuda, tensorrt, auto); see ``execution_providers``.
+    """
+    if optimization not in OPTIMIZATION_LEVELS:
+        raise ValueError(f"optimization: {optimization!r} is not one of {sorted(OPTIMIZATION_LEVELS)}")
+    if threads < 0:
+        raise ValueError(f"threads: {threads} must be >= 0 (0 lets ONNX Runtime choose)")
+    _check_file(path)
+    ort = import_onnxruntime()
+    providers = execution_providers(device, ort.get_available_providers())
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
+    session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    if session.get_providers()[0] != providers[0]:  # ORT falls back to CPU on a provider error
+        raise RuntimeError(f"ONNX Runtime could not start {providers[0]} for {path} (it runs on "
+                           f"{session.get_providers()[0]}); check the CUDA / TensorRT install or use device 'cpu'")
+    return session
+
+
+def feed(declared: Iterable[str], input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> dict[str, np.ndarray]:
+    """The (B, T) int64 inputs a graph declares. A graph with ``token_type_ids`` gets zeros when none are given
+    (segment 0, as the torch model does with None); a graph without it accepts all-zero token types and refuses
+    any others, since dropping them would change the answer."""
+    declared = set(declared)
+    out = {"input_ids": np.ascontiguousarray(input_ids, dtype=np.int64),
+           "attention_mask": np.ascontiguousarray(attention_mask, dtype=np.int64)}
+    if token_type_ids is not None:
+        types = np.ascontiguousarray(token_type_ids, dtype=np.int64)
+        if "token_type_ids" not in declared and types.any():
+            raise ValueError("token_type_ids has non-zero segments but the ONNX model has no token_type_ids input; "
+                             "export it with export_onnx(..., with_token_types=True)")
+        out["token_type_ids"] = types
+    elif "token_type_ids" in declared:
+        out["token_type_ids"] = np.zeros_like(out["input_ids"])
+    return {k: v for k, v in out.items() if k in declared}
+
+
+def onnx_logits(session: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> np.ndarray:
+    """Logits (B, L) float32 from an ONNX Runtime ``session`` for (B, T) inputs (numpy, or CPU tensors)."""
+    return session.run([OUTPUT_NAME], feed((i.name for i in session.get_inputs()), input_ids, attention_mask,
+                                            token_type_ids))[0]
+
+
+@dataclass
+class Engine:
+    """A loaded graph on one path: ``engine(ids, mask)`` -> (B, L) float32 logits; thread-safe."""
+
+    path: str  # runtime/precision
+    inputs: frozenset[str]  # the graph's declared input names
+    num_labels: int
+    metadata: dict[str, str]  # the graph's metadata_props (its contract: minibert.contract)
+    run: Callable[[dict[str, np.ndarray]], np.ndarray]
+    handle: Any = None  # the runtime's own object: an onnxruntime.InferenceSession or an openvino.CompiledModel
+
+    def __call__(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> np.ndarray:
+        return self.run(feed(self.inputs, input_ids, attention_mask, token_type_ids))
+
+
+def _onnxruntime_engine(path: Path, threads: int, optimization: str, device: str) -> Engine:
+    session = load_session(path, threads=threads, optimization=optimization, device=device)
+    return Engine(PORTABLE_PATH, frozenset(i.name for i in session.get_inputs()), int(session.get_outputs()[0].shape[-1]),
+                  dict(session.get_modelmeta().custom_metadata_map), lambda f: session.run([OUTPUT_NAME], f)[0],
+                  session)
+
+
+def _openvino_engine(path: Path, threads: int, precision: str) -> Engine:
+    ov = openvino_module()
+    core = ov.Core()
+    model = core.read_model(str(path))
+    framework = model.get_rt_info()["framework"] if model.has_rt_info(["framework"]) else None
+    metadata = {} if framework is None else {key: model.get_rt_info(["framework", key]).astype(str)
+                                             for key in json.loads(json.dumps(list(framework.keys())))}
+    config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
+              "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision]}
+    compiled = core.compile_model(model, "CPU", config)
+    output = compiled.output(0)
+    local = threading.local()  # an infer request is not thread-safe: one a thread
+
+    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
+        request = getattr(local, "request", None)
+        if request is None:
+            request = local.request = compiled.create_infer_request()
+        return np.array(request.infer(inputs)[output], dtype=np.float32, copy=True)  # the request reuses its buffer
+
+    labels = model.output(0).get_partial_shape()[-1]
+    return Engine(f"openvino/{precision}", frozenset(i.get_any_name() for i in model.inputs),
+                  labels.get_length() if labels.is_static else -1, metadata, run, compiled)
+
+
+def load_engine(path: str | os.PathLike[str], engine_path: str = PORTABLE_PATH, threads: int = 0,
+                optimization: str = "all", device: str = "cpu") -> Engine:
+    """The graph at ``path`` on ``engine_path`` (``runtime/precision``, as ``choose_path`` gives it).
+    ``optimization`` and ``device`` apply to ONNX Runtime; OpenVINO runs on the CPU."""
+    _check_file(path)
+    runtime, _, precision = engine_path.partition("/")
+    if runtime == "onnxruntime" and precision == "fp32":
+        return _onnxruntime_engine(Path(path), threads, optimization, device)
+    if runtime == "openvino" and precision in ("fp32", "bf16"):
+        if openvino_module() is None:
+            raise ValueError(f"path {engine_path!r} needs the openvino package (pip install openvino)")
+        return _openvino_engine(Path(path), threads, precision)
+    raise ValueError(f"engine path {engine_path!r} is not one of onnxruntime/fp32, openvino/fp32, openvino/bf16")
