@@ -164,7 +164,9 @@ def main() -> None:
         else:
             portable = export_onnx(model, tmp / "teacher.onnx")
             graphs = {"fp32": portable}
-        graphs["int8 static (ORT QDQ)"] = quantize_onnx_static_int8(portable, tmp / f"{name}_static.onnx", calibration, pad_id)
+        graphs["int8 static (QDQ Conv+MatMul)"] = quantize_onnx_static_int8(portable, tmp / f"{name}_static.onnx", calibration, pad_id)
+        graphs["int8 static (QDQ all weighted)"] = quantize_onnx_static_int8(
+            portable, tmp / f"{name}_static_all.onnx", calibration, pad_id, op_types=("Conv", "MatMul", "Gemm", "Gather"))
         try:
             import nncf
             import onnx
