@@ -1,5 +1,5 @@
 """Inference engines: one exported ONNX classifier behind ``engine(ids, mask) -> logits``, on ONNX Runtime or
-OpenVINO, in the precision the CPU runs fastest; torch-free, so the serving environment can import it.
+OpenVINO, in fp32 or bf16; torch-free, so the serving environment can import it.
 
 References: ONNX Runtime's Python API (``InferenceSession``, ``SessionOptions``) and OpenVINO's
 (``Core.read_model`` reads the ONNX file itself, ``compile_model`` with ``INFERENCE_NUM_THREADS``,
@@ -12,11 +12,13 @@ in, written ``runtime/precision``:
                        needs a CPU with native bf16 (AVX512-BF16 or AMX), which OpenVINO reports as ``BF16``
 
 An int8 graph (quantize-dequantize pairs, ``minibert.quantize``) runs its int8 operators in int8 on any path;
-the precision names what the rest of the graph computes in. ``choose_path("auto", "auto")`` takes OpenVINO
-where it is installed and bf16 where the CPU has it (benchmarks/serving_runtimes.py measured that order), and
-ONNX Runtime fp32 everywhere else: the portable path, always installed. Which paths a graph was verified on,
-and the windows to verify another on, are in its metadata (``minibert.contract.Parity``); ``minibert.runtime``
-checks a path the file does not list before it answers with it.
+the precision names what the rest of the graph computes in. ``available_paths`` lists what this host can run:
+OpenVINO's where it is installed (bf16 where the CPU has it), and ONNX Runtime fp32, the portable path, always.
+Which is fastest depends on the CPU and the graph (benchmarks/serving_runtimes.py: bf16 pays on an AMD Zen 4,
+not on a Xeon without AMX; OpenVINO runs the int8 word-CNN 3.7x faster than ONNX Runtime, the fp32 teacher no
+faster), so ``minibert.runtime`` times them at load. Which paths a graph was verified on, and the windows to
+verify another on, are in its metadata (``minibert.contract.Parity``); ``minibert.runtime`` checks a path the
+file does not list before it answers with it.
 
 Shape legend: B batch, T sequence length, L labels.
 """
@@ -78,7 +80,7 @@ def cpu_has_bf16() -> bool:
 
 
 def available_paths() -> list[str]:
-    """The paths this host can run, fastest first (the order ``choose_path`` takes with auto)."""
+    """The paths this host can run: OpenVINO's where it is installed, then the portable path."""
     paths = []
     if openvino_module() is not None:
         paths += (["openvino/bf16"] if cpu_has_bf16() else []) + ["openvino/fp32"]
@@ -86,7 +88,7 @@ def available_paths() -> list[str]:
 
 
 def choose_path(runtime: str = "auto", precision: str = "auto") -> str:
-    """``runtime/precision`` for these settings on this host: auto takes the fastest available (``available_paths``);
+    """The first of ``available_paths`` these settings allow on this host (``minibert.runtime`` times all it allows);
     a named runtime or precision this host cannot run is a ValueError that says what it lacks."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime: {runtime!r} is not one of {list(RUNTIMES)}")

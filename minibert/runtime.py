@@ -6,11 +6,12 @@ rest in numpy: texts are tokenized in one batched call, cut into windows, the wi
 length-sorted batches (each padded only to its own longest window), and each text's window logits
 are combined into one row. Torch-free: the registered MLflow model serves through this module.
 
-The engine's path (``runtime/precision``: onnxruntime/fp32, openvino/fp32, openvino/bf16) is chosen per host:
-``RuntimeConfig.runtime`` and ``precision`` default to ``auto``, the fastest path this host has among those the
-graph's parity record (``minibert.contract.Parity``) lists or that pass its check here; a graph without a record
-runs on the portable path, onnxruntime/fp32. A path the record does not list is checked at load against the
-torch logits the record carries: under auto a path that fails is dropped with a warning, a path named
+The engine's path (``runtime/precision``: onnxruntime/fp32, openvino/fp32, openvino/bf16) is chosen per host,
+by measurement: ``RuntimeConfig.runtime`` and ``precision`` default to ``auto``, and of the paths this host has
+that the graph's parity record (``minibert.contract.Parity``) lists or that pass its check here, the one that
+runs the record's probe windows fastest (at ``batch_size``, best of three passes) is taken; a graph without a
+record runs on the portable path, onnxruntime/fp32. A path the record does not list is checked at load against
+the torch logits the record carries: under auto a path that fails is left out with a warning, a path named
 explicitly that fails is an ArtifactError with the numbers. ``device`` picks ONNX Runtime's execution provider
 (``minibert.engines.DEVICES``): ``cpu`` by default; ``cuda`` / ``tensorrt`` run on ONNX Runtime.
 ``threads`` and ``optimization`` set the engine's threads and ONNX Runtime's graph level.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -134,37 +136,53 @@ def passes(result: dict[str, float], parity: Parity, precision: str) -> bool:
     return result["argmax_agreement"] >= parity.min_agreement and result["max_abs_diff"] <= parity.tolerance.get(precision, 0.0)
 
 
+def probe_seconds(engine: Engine, parity: Parity, batch_size: int, pad_id: int, repeats: int = 3) -> float:
+    """The best of ``repeats`` timed passes of ``engine`` over the record's probe windows, after one warm-up pass."""
+    check_path(engine, parity, batch_size, pad_id)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        batched_logits(engine, parity.windows, batch_size, pad_id)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: int) -> Engine:
-    """The graph at ``onnx_path`` on the fastest path ``cfg`` allows here that its parity record lists or that passes
-    the record's check now (module docstring); the portable path where none does."""
+    """The graph at ``onnx_path`` on the path ``cfg`` asks for, or with ``auto`` the fastest path measured here among
+    those its parity record lists or that pass the record's check now (module docstring); the portable path for a
+    graph without a record."""
     def load(path: str) -> Engine:
         return load_engine(onnx_path, path, threads=cfg.threads, optimization=cfg.optimization, device=cfg.device)
 
-    named = cfg.runtime != "auto" or cfg.precision != "auto"
     try:
-        wanted = choose_path(cfg.runtime, cfg.precision)
+        choose_path(cfg.runtime, cfg.precision)  # a ConfigError where the host cannot run what is asked
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    candidates = [p for p in available_paths()
+                  if cfg.runtime in ("auto", p.split("/")[0]) and cfg.precision in ("auto", p.split("/")[1])]
+    named = len(candidates) == 1 and (cfg.runtime != "auto" or cfg.precision != "auto")
     portable = load(PORTABLE_PATH)  # runs any graph (ORT's contrib operators too) and reads its metadata
     if cfg.device != "cpu":
         return portable
     parity = onnx_parity(portable.metadata, str(onnx_path))
-    for path in [wanted] if named else available_paths():
-        if parity is None:  # nothing to check a path against: the portable path, or the one asked for, unchecked
-            if path == PORTABLE_PATH or named:
-                if path != PORTABLE_PATH:
-                    log.warning("%s carries no parity record: %s runs unchecked", onnx_path, path)
-                return portable if path == PORTABLE_PATH else load(path)
-            continue
-        if path in parity.verified:
-            return portable if path == PORTABLE_PATH else load(path)
+    if parity is None:  # nothing to check a path against: the portable path, or the one asked for, unchecked
+        if candidates[0] == PORTABLE_PATH or not named:
+            return portable
+        log.warning("%s carries no parity record: %s runs unchecked", onnx_path, candidates[0])
+        return load(candidates[0])
+
+    def usable(path: str) -> Engine | None:
+        """``path``'s engine where the record lists it or it passes the check here; None (or, named, an error)."""
         try:
             engine = portable if path == PORTABLE_PATH else load(path)
-        except RuntimeError as err:  # e.g. OpenVINO cannot read ONNX Runtime's fused operators
+        except RuntimeError as err:  # e.g. OpenVINO cannot read ONNX Runtime's fused int8 operators
+            why = f"{onnx_path} does not load on {path}: {str(err).strip().splitlines()[-1]}"
             if named:
-                raise ArtifactError(f"{onnx_path} does not load on {path}: {str(err).strip().splitlines()[-1]}") from None
-            log.warning("%s does not load on %s; trying the next path", onnx_path, path)
-            continue
+                raise ArtifactError(why) from None
+            log.warning("%s; leaving it out", why)
+            return None
+        if path in parity.verified:
+            return engine
         result = check_path(engine, parity, cfg.batch_size, pad_id)
         if passes(result, parity, path.split("/")[1]):
             log.info("%s passed its parity check on %s here: %s", onnx_path, path, result)
@@ -175,8 +193,18 @@ def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: i
                    "parity record")
         if named:
             raise ArtifactError(f"{failure}; use runtime 'auto' or the portable path (runtime 'onnxruntime')")
-        log.warning("%s; trying the next path", failure)
-    return portable
+        log.warning("%s; leaving it out", failure)
+        return None
+
+    accepted = {path: engine for path in candidates if (engine := usable(path)) is not None}
+    if not accepted:
+        return portable
+    if len(accepted) == 1:
+        return next(iter(accepted.values()))
+    seconds = {path: probe_seconds(engine, parity, cfg.batch_size, pad_id) for path, engine in accepted.items()}
+    fastest = min(seconds, key=seconds.get)
+    log.info("%s: probe seconds by path here %s; running on %s", onnx_path, seconds, fastest)
+    return accepted[fastest]
 
 
 class TextClassifier:

@@ -35,11 +35,23 @@ PROBE_WINDOWS = 256  # test windows (and their torch logits) the parity record c
 BATCH = 32
 
 
+def compare(logits: np.ndarray, reference: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """A path's logits of some texts against the torch fp32 logits of them: argmax agreement, the largest logit
+    difference, and the accuracy it gains (negative: loses)."""
+    return {"argmax_agreement": float((logits.argmax(1) == reference.argmax(1)).mean()),
+            "max_abs_diff": float(np.abs(logits - reference).max()),
+            "accuracy_delta": float((logits.argmax(1) == labels).mean() - (reference.argmax(1) == labels).mean())}
+
+
+def keeps_answers(result: dict[str, float]) -> bool:
+    """Agreement and accuracy within the gate's limits (the logit tolerance aside)."""
+    return result["argmax_agreement"] >= MIN_AGREEMENT and result["accuracy_delta"] >= -MAX_ACCURACY_DROP
+
+
 def gate(graph: Path, tok: Tokenizer, texts: list[str], labels: np.ndarray, reference: np.ndarray, threads: int,
          ) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """(the paths ``graph`` passes on with their numbers, the paths it fails or cannot load on with why), over
     ``texts`` against ``reference``, the torch fp32 logits of them. StageError when the portable path fails."""
-    expected_accuracy = float((reference.argmax(1) == labels).mean())
     verified: dict[str, dict[str, float]] = {}
     refused: dict[str, str] = {}
     for path in available_paths():
@@ -49,12 +61,9 @@ def gate(graph: Path, tok: Tokenizer, texts: list[str], labels: np.ndarray, refe
             refused[path] = f"does not load: {str(err).strip().splitlines()[-1]}"
             continue
         logits = TextClassifier(tok, engine, RuntimeConfig(batch_size=BATCH)).logits(texts)
-        result = {"argmax_agreement": float((logits.argmax(1) == reference.argmax(1)).mean()),
-                  "max_abs_diff": float(np.abs(logits - reference).max()),
-                  "accuracy_delta": float((logits.argmax(1) == labels).mean()) - expected_accuracy}
+        result = compare(logits, reference, labels)
         limit = TOLERANCE[path.split("/")[1]]
-        if (result["argmax_agreement"] >= MIN_AGREEMENT and result["accuracy_delta"] >= -MAX_ACCURACY_DROP
-                and result["max_abs_diff"] <= limit):
+        if keeps_answers(result) and result["max_abs_diff"] <= limit:
             verified[path] = result
         else:
             refused[path] = (f"argmax agreement {result['argmax_agreement']:.4f} (needs >= {MIN_AGREEMENT}), accuracy "

@@ -186,12 +186,26 @@ def test_without_a_parity_record_auto_runs_the_portable_path(stamped) -> None:
 
 
 @needs_openvino
-def test_auto_checks_an_unlisted_path_at_load_and_takes_it_when_it_passes(stamped, tmp_path) -> None:
+def test_auto_checks_an_unlisted_path_at_load_and_times_those_that_pass(stamped, tmp_path, caplog) -> None:
     # a random toy model's logits sit near ties, where bf16 may flip one: the check's limits are loose here
     graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=10.0, agreement=0.0)
-    runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
-    assert runtime.path == available_paths()[0] != PORTABLE_PATH
+    with caplog.at_level("INFO", logger="minibert.runtime"):
+        runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
+    for path in available_paths()[:-1]:
+        assert f"passed its parity check on {path} here" in caplog.text
+    timed = caplog.text.split("probe seconds by path here ")[1].split(";")[0]
+    assert all(f"'{path}'" in timed for path in available_paths()) and f"running on {runtime.path}" in caplog.text
     assert read_onnx_contract(graph).labels == ("no", "yes"), "the record sits beside the contract"
+
+
+def test_auto_runs_on_the_path_measured_fastest(stamped, tmp_path, monkeypatch) -> None:
+    import minibert.runtime as runtime_module
+
+    graph = with_record(stamped, tmp_path, {p: {"argmax_agreement": 1.0} for p in available_paths()}, tolerance=1e-3)
+    for slowest_first in (available_paths(), available_paths()[::-1]):
+        seconds = {path: float(i) for i, path in enumerate(reversed(slowest_first))}  # the last listed is fastest
+        monkeypatch.setattr(runtime_module, "probe_seconds", lambda engine, *_, s=seconds: s[engine.path])
+        assert TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1)).path == slowest_first[-1]
 
 
 @needs_openvino
@@ -203,16 +217,21 @@ def test_an_unlisted_path_that_fails_its_check_is_dropped_under_auto_and_refused
     with caplog.at_level("WARNING", logger="minibert.runtime"):
         runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
     assert runtime.path == PORTABLE_PATH
-    assert "max |logit diff| 1 (limit 0.001)" in caplog.text and "trying the next path" in caplog.text
+    assert "max |logit diff| 1 (limit 0.001)" in caplog.text and "leaving it out" in caplog.text
     with pytest.raises(ArtifactError, match=r"on openvino/fp32: argmax agreement 1.0000 .* max \|logit diff\| 1 "):
         TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
 
 
 @needs_openvino
-def test_a_listed_path_is_taken_without_a_check(stamped, tmp_path) -> None:
+def test_a_listed_path_is_taken_without_a_check(stamped, tmp_path, caplog) -> None:
+    """The record's logits are off by 1 everywhere, so a check would fail: a listed path is not checked again."""
     graph = with_record(stamped, tmp_path, {p: {"argmax_agreement": 1.0} for p in available_paths()}, tolerance=1e-3,
                         logits_shift=1.0)
-    assert TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1)).path == available_paths()[0]
+    with caplog.at_level("INFO", logger="minibert.runtime"):
+        runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1, runtime="openvino"))
+    assert runtime.path.startswith("openvino/") and "leaving it out" not in caplog.text
+    assert TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32")).path == (
+        "openvino/fp32")
 
 
 @needs_openvino
