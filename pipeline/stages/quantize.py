@@ -1,15 +1,19 @@
-"""quantize: the deployed graph, calibrated static int8 of the student, gated on every inference path; and torch's
-dynamic int8 of it.
+"""quantize: the deployed graph, int8 of the student gated on every inference path and timed; and torch's dynamic
+int8 of it.
 
-``student_int8.onnx``: ONNX Runtime's static quantisation (QDQ format) of the portable graph from ``export``,
-activation ranges calibrated on ``quantize.calibration_texts`` training texts read through the student's windows
-(``minibert.quantize.quantize_onnx_static_int8``): int8 convolutions, matmuls and embeddings on ONNX Runtime and
-OpenVINO alike. It is the deployed chain. Before it is written, every inference path this host has reads the test
-split of record through it and is held against the torch fp32 student (``pipeline.deployment``: argmax agreement,
-accuracy, the logit tolerance of its precision); the paths that pass and their numbers go into its parity record,
-the stage refuses (writing nothing) when the portable path fails. It is stamped with the student's contract
-(windows, labels: ``minibert.contract``) and the temperature that calibrates its probabilities on the validation
-split (``minibert.calibration``; ECE and NLL before and after in the metrics).
+Two int8 graphs are built and checked: calibrated static int8 of the portable graph (ONNX Runtime's QDQ format,
+activation ranges from ``quantize.calibration_texts`` training texts read through the student's windows,
+``minibert.quantize.quantize_onnx_static_int8``; its operator set the first of ``TIERS`` that keeps the student's
+answers), which ONNX Runtime and OpenVINO both run, and ONNX Runtime's dynamic int8 of the fused graph (its fused
+int8 attention, which OpenVINO cannot read). Each reads the test split of record on every inference path this
+host has and is held against the torch fp32 student (``pipeline.deployment``: argmax agreement, accuracy, the
+logit tolerance of its precision). Of those that pass on the portable path, the one whose fastest passing path runs
+the probe windows fastest here is deployed as ``student_int8.onnx`` (the word-CNN: static int8 on OpenVINO; a
+transformer student: the fused dynamic int8 on ONNX Runtime, benchmarks/RESULTS.md); the stage refuses, writing
+nothing, when the static graph's last tier fails. The deployed graph carries the student's contract (windows,
+labels: ``minibert.contract``), its parity record (the paths that passed with their numbers, and the probe), and
+the temperature that calibrates its probabilities on the validation split (``minibert.calibration``; ECE and NLL
+before and after in the metrics).
 ``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
 Reports sizes, and validation accuracy of each against its fp32 source, so a quantization that hurts shows up
 here before evaluate.
@@ -29,11 +33,17 @@ from minibert.checkpoint import check_tokenizer, read_contract
 from minibert.classifiers import load_classifier
 from minibert.contract import stamp_onnx, stamp_parity
 from minibert.engines import PORTABLE_PATH, load_engine
-from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_static_int8, save_int8
-from minibert.runtime import softmax
+from minibert.quantize import (
+    model_size_bytes,
+    quantize_dynamic_int8,
+    quantize_onnx_int8,
+    quantize_onnx_static_int8,
+    save_int8,
+)
+from minibert.runtime import probe_seconds, softmax
 from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
 from minibert.windows import document_windows
-from pipeline.deployment import compare, gate, keeps_answers, parity_record
+from pipeline.deployment import BATCH, compare, gate, keeps_answers, parity_record
 from pipeline.io import StageError
 from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
 from pipeline.params import Params, load_params
@@ -62,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", type=Path, default=Path("models/tokenizer/tokenizer.json"))
     parser.add_argument("--student", type=Path, default=Path("models/distill/model.safetensors"))
     parser.add_argument("--portable", type=Path, default=Path("models/export/student.onnx"))
+    parser.add_argument("--fused", type=Path, default=Path("models/export/student_fused.onnx"))
     parser.add_argument("--out", type=Path, default=Path("models/quantize/student_int8.pt"))
     parser.add_argument("--onnx-out", type=Path, default=Path("models/quantize/student_int8.onnx"))
     parser.add_argument("--metrics", type=Path, default=Path("metrics/quantize.json"))
@@ -69,15 +80,16 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg, threads = params.quantize, params.export.threads
     paths = {split: split_path(args.data, split) for split in ("train", "val", "test")}
-    with stage_run("quantize", params, [args.student, args.portable, *paths.values(), args.tokenizer]) as tracker:
+    with stage_run("quantize", params, [args.student, args.portable, args.fused, *paths.values(), args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
+        pad_id = tok.token_to_id(PAD)
         check_tokenizer(args.student, tok, args.tokenizer)
         student = load_classifier(args.student).eval()
         contract = read_contract(args.student)
         int8 = quantize_dynamic_int8(student)
         train = load_split(args.data, "train")["text"]
         sample = train.sample(n=min(cfg.calibration_texts, len(train)), random_state=params.train.seed).tolist()
-        candidate = args.onnx_out.with_name(f".candidate.{args.onnx_out.name}")
+        candidates = {kind: args.onnx_out.with_name(f".candidate.{kind}.{args.onnx_out.name}") for kind in ("static", "dynamic")}
         val_logits, val_labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
 
         def engine_logits(graph: Path) -> np.ndarray:
@@ -85,42 +97,59 @@ def main(argv: list[str] | None = None) -> None:
             return val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
 
         try:
-            calibration = calibration_windows(tok, sample, contract.windows)
             student_val = val_logits(student)
             test = load_split(args.data, "test")
             texts, labels = test["text"].tolist(), test["label"].to_numpy()
             with torch.inference_mode():
                 reference = text_logits(student, tok, contract.windows, batch_size=32)(texts)
+            probe = parity_record(student, tok, texts, contract.windows, {})
+            # static int8 of the portable graph: the smallest tier that keeps the student's answers on validation and
+            # passes the gate on every path
+            calibration = calibration_windows(tok, sample, contract.windows)
+            static = candidates["static"]
             passed_over: dict[str, str] = {}
-            for op_types in TIERS:  # the smallest graph that keeps the student's answers on validation and the gate
-                quantize_onnx_static_int8(args.portable, candidate, calibration, tok.token_to_id(PAD),
+            for op_types in TIERS:
+                quantize_onnx_static_int8(args.portable, static, calibration, pad_id,
                                           per_channel=cfg.per_channel, op_types=op_types)
-                stamp_onnx(candidate, contract)
-                on_val = compare(engine_logits(candidate), student_val, val_labels)
+                stamp_onnx(static, contract)
+                on_val = compare(engine_logits(static), student_val, val_labels)
                 last = op_types == TIERS[-1]
                 if not keeps_answers(on_val) and not last:
                     passed_over["+".join(op_types)] = f"validation: {on_val}"
                     continue
                 try:
-                    verified, refused = gate(candidate, tok, texts, labels, reference, threads)
+                    verified = {"static": gate(static, tok, texts, labels, reference, threads)}
                 except StageError as err:
                     if last:
                         raise
                     passed_over["+".join(op_types)] = str(err)
                     continue
-                if not refused or last:  # a smaller graph is worth it only where it runs on every path
+                if not verified["static"][1] or last:  # a smaller graph is worth it only where it runs on every path
                     break
-                passed_over["+".join(op_types)] = f"refused on {refused}"
+                passed_over["+".join(op_types)] = f"refused on {verified['static'][1]}"
+            # dynamic int8 of the fused graph: ONNX Runtime's fused int8 attention (QAttention), which OpenVINO cannot read
+            quantize_onnx_int8(args.fused, candidates["dynamic"], per_channel=cfg.per_channel)
+            stamp_onnx(candidates["dynamic"], contract)
+            try:
+                verified["dynamic"] = gate(candidates["dynamic"], tok, texts, labels, reference, threads)
+            except StageError as err:
+                passed_over["dynamic"] = str(err)
+            # the faster graph here, each on its fastest verified path, timed on the probe windows
+            seconds = {kind: min(probe_seconds(load_engine(candidates[kind], path, threads=threads), probe, BATCH, pad_id)
+                                 for path in passed) for kind, (passed, _) in verified.items()}
+            kind = min(seconds, key=seconds.get)
+            chosen, (paths_passed, refused) = candidates[kind], verified[kind]
             logits = {"fp32": student_val, "int8": val_logits(int8), "onnx_fp32": engine_logits(args.portable),
-                      "onnx_int8": engine_logits(candidate)}
+                      "onnx_int8": engine_logits(chosen)}
             # the deployed graph's probabilities calibrated on validation
             temperature = fit_temperature(logits["onnx_int8"], val_labels)
-            stamp_onnx(candidate, replace(contract, temperature=temperature))
-            stamp_parity(candidate, parity_record(student, tok, texts, contract.windows, verified))
+            stamp_onnx(chosen, replace(contract, temperature=temperature))
+            stamp_parity(chosen, replace(probe, verified=paths_passed))
             save_int8(int8, args.out)
-            candidate.replace(args.onnx_out)
+            chosen.replace(args.onnx_out)
         finally:
-            candidate.unlink(missing_ok=True)
+            for candidate in candidates.values():
+                candidate.unlink(missing_ok=True)
         accuracy = {name: classification_metrics(val_labels, scores)["accuracy"] for name, scores in logits.items()}
         calibrated = {when: reliability(val_labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
                       for when, t in (("before", 1.0), ("after", temperature))}
@@ -137,12 +166,14 @@ def main(argv: list[str] | None = None) -> None:
             "val_accuracy_delta": accuracy["int8"] - accuracy["fp32"],
             "val_accuracy_delta_onnx": accuracy["onnx_int8"] - accuracy["onnx_fp32"],
             "calibration_texts": len(sample),
-            "int8_embeddings": float("Gather" in op_types),  # the first tier (embeddings too) kept the answers
+            "deployed_static": float(kind == "static"),  # 1: static int8 of the portable graph; 0: ORT's dynamic of the fused
+            **{f"probe_ms_{k}": 1000 * v for k, v in seconds.items()},  # each graph on its fastest verified path here
+            "int8_embeddings": float(kind == "static" and "Gather" in op_types),
             "int8_tiers_passed_over": passed_over,  # the operator sets tried first, and why they were not deployed
             **{f"val_int8_{key}": value for key, value in on_val.items()},  # the deployed tier's, against torch
-            "paths_verified": float(len(verified)),
+            "paths_verified": float(len(paths_passed)),
             "refused_paths": refused,  # path -> why (its numbers, or why it does not load)
-            **{f"test_{path.replace('/', '_')}_{key}": value for path, result in verified.items()
+            **{f"test_{path.replace('/', '_')}_{key}": value for path, result in paths_passed.items()
                for key, value in result.items()},
         }
         finish_stage(tracker, metrics, args.metrics, {args.onnx_out: "onnx"})
