@@ -93,7 +93,9 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="serving_load."))
     model = save_model(args.root, folder, args.threads)
     port = free_port()
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # uvicorn is the venv's: put its bin first, as an activated venv would
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", str(model), "--env-manager", "local",
                                "-h", "127.0.0.1", "-p", str(port), "-w", str(args.workers)],
                               env=env, stdout=subprocess.DEVNULL, stderr=open(folder / "server.log", "w"),  # noqa: SIM115
@@ -154,8 +156,9 @@ def main() -> None:
         elapsed = time.perf_counter() - began
         rss_end = tree_rss_mb(server.pid)
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
     ms = 1000 * np.asarray(latencies)
     record = {"date": date.today().isoformat(), **describe(), "clients": args.clients, "seconds": round(elapsed, 1),
               "batch": args.batch, "workers": args.workers, "threads": args.threads, "requests": len(latencies),
