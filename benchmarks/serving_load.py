@@ -66,7 +66,7 @@ def save_model(root: Path, folder: Path, threads: int) -> Path:
     import mlflow
 
     from minibert.contract import read_onnx_contract
-    from pipeline.stages.register import SERVING_CODE, SERVING_LIBRARY, pip_requirements, serving_config
+    from pipeline.packaging import SERVING_CODE, SERVING_LIBRARY, pip_requirements, serving_config
 
     onnx = root / "models/quantize/student_int8.onnx"
     out = folder / "model"

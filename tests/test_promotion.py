@@ -83,7 +83,8 @@ def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tracking_backend: 
     model: accuracy 1.0) and 3 (random, the same weights as 1), v1 the champion; in the project's
     sqlite registry, or on the PostgreSQL-backed tracking server."""
     from pipeline import tracking
-    from pipeline.stages.register import INFERENCE_PARAMS, SERVING_CODE, pip_requirements
+    from pipeline.packaging import SERVING_CODE, pip_requirements
+    from pipeline.stages.register import INFERENCE_PARAMS
 
     monkeypatch.setenv("DVC_ROOT", str(tmp_path))
     shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")

@@ -86,7 +86,7 @@ def test_a_word_cnn_student_is_served_through_its_own_windows(tmp_path) -> None:
     from minibert.contract import Contract, Windows, read_onnx_contract, stamp_onnx
     from minibert.runtime import RuntimeConfig, TextClassifier
     from minibert.textcnn import TextCNNConfig, build_textcnn
-    from pipeline.stages.register import serving_config
+    from pipeline.packaging import serving_config
 
     tok, tok_path = toy_tokenizer(tmp_path)
     torch.manual_seed(0)

@@ -14,17 +14,17 @@ model as its README and set as the version's description.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
-from minibert.contract import Contract, read_onnx_contract
+from minibert.contract import read_onnx_contract
 from minibert.tokenizer import load_tokenizer
 from pipeline.document import to_markdown
 from pipeline.io import DataError, atomic_path, read_json, write_json
 from pipeline.model_card import DEPLOYED, card_blocks
+from pipeline.packaging import SERVING_CODE, SERVING_LIBRARY, pip_requirements, serving_config
 from pipeline.params import Params, load_params
 from pipeline.provenance import git_commit, raw_data_digests
 from pipeline.splits import load_split, split_path
@@ -37,32 +37,7 @@ from pipeline.tracking import (
     stage_run,
 )
 
-SERVING_PACKAGES = ("onnxruntime", "openvino", "tokenizers", "numpy", "pandas")
-SERVING_CODE = Path(__file__).resolve().parent.parent / "serving_model.py"
-SERVING_LIBRARY = Path(__file__).resolve().parents[2] / "minibert"  # shipped beside it: it serves through minibert.runtime
 INFERENCE_PARAMS = {"min_confidence": 0.0}  # the served model's inference params and defaults (its signature's)
-
-
-def pip_requirements() -> list[str]:
-    """Exact pins of what the serving model imports, from this environment (no inference); a package this
-    environment lacks is left out (openvino: the served model then runs on ONNX Runtime)."""
-    pins = []
-    for name in SERVING_PACKAGES:
-        try:
-            pins.append(f"{name}=={importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            if name != "openvino":
-                raise
-    return pins
-
-
-def serving_config(contract: Contract, threads: int) -> dict:
-    """The registered model's ``model_config`` (``pipeline.serving_model``): the engine's threads, the inference path
-    (auto: the serving host's fastest verified one, ``minibert.runtime``), and the deployed graph's windows as its
-    file records them (the served model reads them from the graph too)."""
-    windows = contract.windows
-    return {"max_length": windows.max_length, "stride": windows.stride, "aggregate": windows.aggregate, "threads": threads,
-            "runtime": "auto", "precision": "auto"}
 
 
 def main(argv: list[str] | None = None) -> None:
