@@ -67,7 +67,15 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert evaluation["teacher"]["bf16_autocast"] == float(scored), "evaluate scores the teacher as teacher_logits does"
     assert evaluation["student"]["bf16_autocast"] == 0.0, "the fp32 student is the export's parity reference"
     quantize = json.loads((dest / "metrics" / "quantize.json").read_text())
-    assert quantize["onnx_int8_mb"] < quantize["onnx_fp32_mb"]
+    kinds = {kind: quantize[f"deployed_{kind}"] for kind in ("static", "dynamic", "fp32")}
+    assert sorted(kinds.values()) == [0.0, 0.0, 1.0], "one graph deployed, chosen by the gate and the timing"
+    assert kinds["fp32"] == 1.0 or quantize["onnx_int8_mb"] < quantize["onnx_fp32_mb"]
+    from minibert.contract import onnx_parity
+    from minibert.engines import PORTABLE_PATH, load_engine
+
+    record = onnx_parity(load_engine(dest / "models" / "quantize" / "student_int8.onnx").metadata, "deployed")
+    assert PORTABLE_PATH in record.verified and quantize["paths_verified"] == len(record.verified)
+    assert all(r["argmax_agreement"] >= 0.995 and r["accuracy_delta"] >= -0.003 for r in record.verified.values())
     assert (dest / "plots" / "tradeoff.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     logits = np.load(dest / "models" / "teacher_logits" / "train.npz")
     assert logits["logits"].shape == (len(logits["labels"]), 2) and len(logits["labels"]) >= 250
