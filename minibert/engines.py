@@ -25,6 +25,7 @@ Shape legend: B batch, T sequence length, L labels.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -73,8 +74,10 @@ def openvino_module() -> Any | None:
     return openvino
 
 
+@functools.cache
 def cpu_has_bf16() -> bool:
-    """Whether OpenVINO's CPU plugin computes natively in bf16 here (AVX512-BF16 or AMX); False without OpenVINO."""
+    """Whether OpenVINO's CPU plugin computes natively in bf16 here (AVX512-BF16 or AMX); False without OpenVINO.
+    Asked once a process: every load, gate and path choice reads it."""
     ov = openvino_module()
     return ov is not None and "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
@@ -87,22 +90,27 @@ def available_paths() -> list[str]:
     return [*paths, PORTABLE_PATH]
 
 
-def choose_path(runtime: str = "auto", precision: str = "auto") -> str:
-    """The first of ``available_paths`` these settings allow on this host (``minibert.runtime`` times all it allows);
+def matching_paths(runtime: str = "auto", precision: str = "auto") -> list[str]:
+    """The ``available_paths`` these settings allow on this host, never empty (``minibert.runtime`` times them);
     a named runtime or precision this host cannot run is a ValueError that says what it lacks."""
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime: {runtime!r} is not one of {list(RUNTIMES)}")
     if precision not in PRECISIONS:
         raise ValueError(f"precision: {precision!r} is not one of {list(PRECISIONS)}")
-    paths = available_paths()
-    wanted = [p for p in paths if runtime in ("auto", p.split("/")[0]) and precision in ("auto", p.split("/")[1])]
+    wanted = [p for p in available_paths()
+              if runtime in ("auto", p.split("/")[0]) and precision in ("auto", p.split("/")[1])]
     if wanted:
-        return wanted[0]
+        return wanted
     if runtime == "openvino" and openvino_module() is None:
         raise ValueError("runtime 'openvino' needs the openvino package (pip install openvino); or use runtime 'auto'")
     if precision == "bf16" and runtime == "onnxruntime":
         raise ValueError("precision 'bf16' runs on OpenVINO only; use runtime 'openvino' or 'auto'")
     raise ValueError(f"precision {precision!r} is not native on this CPU (OpenVINO reports no BF16); use 'fp32' or 'auto'")
+
+
+def choose_path(runtime: str = "auto", precision: str = "auto") -> str:
+    """The first path these settings allow here (``matching_paths``)."""
+    return matching_paths(runtime, precision)[0]
 
 
 def execution_providers(device: str, available: Iterable[str]) -> list[str]:

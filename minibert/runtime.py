@@ -40,9 +40,8 @@ from minibert.engines import (
     PRECISIONS,
     RUNTIMES,
     Engine,
-    available_paths,
-    choose_path,
     load_engine,
+    matching_paths,
 )
 from minibert.files import ArtifactError
 from minibert.tokenizer import CLS, PAD, SEP, encodable, load_tokenizer
@@ -155,11 +154,9 @@ def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: i
         return load_engine(onnx_path, path, threads=cfg.threads, optimization=cfg.optimization, device=cfg.device)
 
     try:
-        choose_path(cfg.runtime, cfg.precision)  # a ConfigError where the host cannot run what is asked
-    except ValueError as err:
+        candidates = matching_paths(cfg.runtime, cfg.precision)
+    except ValueError as err:  # the host cannot run what is asked
         raise ConfigError(str(err)) from None
-    candidates = [p for p in available_paths()
-                  if cfg.runtime in ("auto", p.split("/")[0]) and cfg.precision in ("auto", p.split("/")[1])]
     named = len(candidates) == 1 and (cfg.runtime != "auto" or cfg.precision != "auto")
     portable = load(PORTABLE_PATH)  # runs any graph (ORT's contrib operators too) and reads its metadata
     if cfg.device != "cpu":
