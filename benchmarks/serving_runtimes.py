@@ -7,10 +7,11 @@ run on ``--threads`` threads at batch 32:
   (``models/quantize/student_int8.onnx``), the chain deployed before it (ORT's dynamic int8 of the fused graph,
   ``quantize_onnx_int8``, built here), calibrated static int8 built here from the portable graph with the library's
   ``quantize_onnx_static_int8`` (ORT QDQ, calibration windows from the training split; convolutions and
-  matmuls, and the same with the embeddings) and, with ``--nncf``, NNCF's static int8 of the same graph;
+  matmuls with the embeddings in fp32, and the same with ONNX Runtime's int8 Gather) and, with ``--nncf``, NNCF's
+  static int8 of the same graph;
   the teacher exported here (portable fp32 and static int8), and the teacher in torch (fp32 eager, bf16 autocast);
-- paths: ONNX Runtime's CPU provider, ONNX Runtime with the OpenVINO execution provider (the
-  ``onnxruntime-ep-openvino`` plugin; f32 and bf16 inference precision), and OpenVINO directly (f32, bf16):
+- paths: ONNX Runtime's CPU provider and OpenVINO directly (f32, bf16); with ``--routes`` also ONNX Runtime with
+  the OpenVINO execution provider (the ``onnxruntime-ep-openvino`` plugin; f32 and bf16 inference precision):
   ``pip install -e '.[bench]'`` adds the plugin and NNCF; a path or graph that does not load is reported, not fatal;
 - columns: texts/s model only (the texts' windows pre-tokenized, length-sorted batches of 32) and end to end
   (raw text in, logits out: ``minibert.runtime.TextClassifier``, tokenizer included), the median of ``--passes``
@@ -129,7 +130,8 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--latency-texts", type=int, default=300)
     parser.add_argument("--models", default="student,teacher")
-    parser.add_argument("--routes", default="onnxruntime/fp32,ort-openvino-ep/fp32,ort-openvino-ep/bf16,openvino/fp32,openvino/bf16")
+    parser.add_argument("--routes", default="onnxruntime/fp32,openvino/fp32,openvino/bf16",
+                        help="also ort-openvino-ep/fp32,ort-openvino-ep/bf16 (the ORT OpenVINO EP: needs the bench extra)")
     parser.add_argument("--teacher-routes", default="onnxruntime/fp32,openvino/fp32,openvino/bf16")
     parser.add_argument("--nncf", action="store_true", help="NNCF's static int8 too (51 %% accuracy on the word-CNN)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "serving_runtimes.json")
@@ -173,8 +175,10 @@ def main() -> None:
         if name == "teacher":  # the student's static int8 is the deployed graph (its first tier: with the embeddings)
             graphs["int8 static (Conv+MatMul)"] = quantize_onnx_static_int8(portable, tmp / f"{name}_static.onnx",
                                                                             calibration, pad_id)
-        else:
-            graphs["int8 static (Conv+MatMul+Gather)"] = quantize_onnx_static_int8(
+        else:  # the deployed graph without its int8 embedding rows, and with ONNX Runtime's own Gather quantisation
+            graphs["int8 static, fp32 embeddings"] = quantize_onnx_static_int8(portable, tmp / f"{name}_static.onnx",
+                                                                               calibration, pad_id)
+            graphs["int8 static, ORT's int8 Gather"] = quantize_onnx_static_int8(
                 portable, tmp / f"{name}_static_gather.onnx", calibration, pad_id, op_types=("Conv", "MatMul", "Gather"))
         try:
             if not args.nncf:

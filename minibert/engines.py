@@ -30,7 +30,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +194,36 @@ class Engine:
     metadata: dict[str, str]  # the graph's metadata_props (its contract: minibert.contract)
     run: Callable[[dict[str, np.ndarray]], np.ndarray]
     handle: Any = None  # the runtime's own object: an onnxruntime.InferenceSession or an openvino.CompiledModel
+    # OpenVINO: (max_length, pad_id) -> a ``run`` that takes small calls on static shapes (``with_static_shapes``)
+    static: Callable[[int, int], Callable[[dict[str, np.ndarray]], np.ndarray]] | None = None
 
     def __call__(self, input_ids: Any, attention_mask: Any, token_type_ids: Any = None) -> np.ndarray:
         return self.run(feed(self.inputs, input_ids, attention_mask, token_type_ids))
+
+    def with_static_shapes(self, max_length: int, pad_id: int) -> Engine:
+        """This engine, where its runtime gains by it (OpenVINO), running calls of up to ``STATIC_BATCHES[-1]``
+        windows of up to ``max_length`` tokens on graphs compiled at static shapes: the rows padded up to the next
+        of ``STATIC_BATCHES`` (copies of the first row) and the tokens up to the next of ``static_lengths(max_length)``
+        (``pad_id``, masked out), each shape compiled at its first call and kept. OpenVINO's dynamic-shape call costs
+        about 0.4 ms more than the static one, half of a one-text answer (benchmarks/JOURNAL.md); from 32 windows a
+        call the two run alike, and larger calls stay dynamic. The answers are the dynamic graph's: ``pad_id`` is what
+        the caller pads with, and the window length the model was trained on (its contract) bounds the padding, so a
+        graph with learned positions never sees one it lacks."""
+        return self if self.static is None else replace(self, run=self.static(max_length, pad_id), static=None)
+
+
+STATIC_BATCHES = (1, 2, 4, 8)  # the row counts OpenVINO's static-shape graphs take (Engine.with_static_shapes)
+SHORTEST_STATIC = 16  # the shortest static window length
+
+
+def static_lengths(max_length: int) -> tuple[int, ...]:
+    """The window lengths a call is padded up to on static shapes: powers of two from ``SHORTEST_STATIC`` below
+    ``max_length``, then ``max_length`` (128 -> 16, 32, 64, 128; 100 -> 16, 32, 64, 100)."""
+    lengths, length = [], SHORTEST_STATIC
+    while length < max_length:
+        lengths.append(length)
+        length *= 2
+    return (*lengths, max_length)
 
 
 def _onnxruntime_engine(path: Path, threads: int, optimization: str, device: str) -> Engine:
@@ -216,18 +243,52 @@ def _openvino_engine(path: Path, threads: int, precision: str) -> Engine:
     config = {"INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY",
               "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision]}
     compiled = core.compile_model(model, "CPU", config)
-    output = compiled.output(0)
-    local = threading.local()  # an infer request is not thread-safe: one a thread
+    names = [i.get_any_name() for i in compiled.inputs]
+    local = threading.local()  # an infer request is not thread-safe: one a thread and compiled graph
 
-    def run(inputs: dict[str, np.ndarray]) -> np.ndarray:
-        request = getattr(local, "request", None)
+    def infer(graph: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        requests = local.__dict__.setdefault("requests", {})
+        request = requests.get(id(graph))
         if request is None:
-            request = local.request = compiled.create_infer_request()
-        return np.array(request.infer(inputs)[output], dtype=np.float32, copy=True)  # the request reuses its buffer
+            request = requests[id(graph)] = graph.create_infer_request()
+        # the inputs set by position as tensors over the arrays' own memory: infer(dict) looks each name up and
+        # copies, a quarter of a one-text call (benchmarks/JOURNAL.md)
+        for index, name in enumerate(names):
+            request.set_input_tensor(index, ov.Tensor(inputs[name], shared_memory=True))
+        request.infer()
+        return np.array(request.get_output_tensor(0).data, dtype=np.float32, copy=True)  # the request reuses its buffer
+
+    def static(max_length: int, pad_id: int) -> Callable[[dict[str, np.ndarray]], np.ndarray]:
+        lengths, shapes, lock = static_lengths(max_length), {}, threading.Lock()
+
+        def at(rows: int, length: int) -> Any:
+            with lock:
+                if (rows, length) not in shapes:
+                    reshaped = model.clone()
+                    reshaped.reshape({name: [rows, length] for name in names})
+                    shapes[rows, length] = core.compile_model(reshaped, "CPU", config)
+                return shapes[rows, length]
+
+        def run_static(inputs: dict[str, np.ndarray]) -> np.ndarray:
+            batch, width = inputs["input_ids"].shape
+            rows = next((b for b in STATIC_BATCHES if b >= batch), None)
+            length = next((t for t in lengths if t >= width), None)
+            if rows is None or length is None or batch == 0:
+                return infer(compiled, inputs)
+            padded = {}
+            for name, array in inputs.items():
+                full = np.full((rows, length), pad_id if name == "input_ids" else 0, dtype=np.int64)
+                full[:batch, :width] = array
+                full[batch:] = full[0]  # no all-masked row
+                padded[name] = full
+            return infer(at(rows, length), padded)[:batch]
+
+        return run_static
 
     labels = model.output(0).get_partial_shape()[-1]
     return Engine(f"openvino/{precision}", frozenset(i.get_any_name() for i in model.inputs),
-                  labels.get_length() if labels.is_static else -1, metadata, run, compiled)
+                  labels.get_length() if labels.is_static else -1, metadata, lambda f: infer(compiled, f), compiled,
+                  static)
 
 
 def load_engine(path: str | os.PathLike[str], engine_path: str = PORTABLE_PATH, threads: int = 0,

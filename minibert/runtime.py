@@ -225,6 +225,7 @@ class TextClassifier:
         self.labels = labels or tuple(str(i) for i in range(self.num_labels))  # class names, in output order
         self.cfg = with_model_windows(cfg, engine.metadata)
         self.temperature = model_temperature(engine.metadata)
+        self.engine = engine.with_static_shapes(self.cfg.max_length, self.pad_id)  # OpenVINO: small calls (engines)
 
     @property
     def path(self) -> str:

@@ -11,7 +11,7 @@ from conftest import toy_classifier, toy_texts, toy_tokenizer
 
 from minibert.engines import execution_providers
 from minibert.export import export_onnx
-from minibert.quantize import quantize_onnx_int8
+from minibert.quantize import quantize_onnx_embeddings_int8, quantize_onnx_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.validation import ConfigError
 from pipeline.params import TaskParams
@@ -154,6 +154,57 @@ def test_static_int8_is_int8_and_stays_close_to_torch_on_every_path(stamped) -> 
         assert engine.path == path and got.shape == expected.shape
         assert not np.allclose(got, expected, atol=1e-5), f"{path}: int8 changes the numbers a little"
         assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max() + 0.05, path
+
+
+def test_int8_embeddings_keep_each_row_to_half_a_step_and_the_answers_on_every_path(stamped, tmp_path) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    _, tok, _, fp32, int8, texts, _ = stamped
+    rows = tmp_path / "rows.onnx"
+    converted = quantize_onnx_embeddings_int8(int8, rows, min_rows=tok.get_vocab_size())
+    before = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(int8)).graph.initializer}
+    after = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(rows)).graph.initializer}
+    tables = [name for name in before if name not in after]
+    assert tables == converted and before[tables[0]].shape[0] == tok.get_vocab_size(), "the word embeddings, only them"
+    table, q, scale = before[tables[0]], after[f"{tables[0]}.int8"], after[f"{tables[0]}.scale"]
+    assert q.dtype == np.int8 and q.shape == table.shape and scale.shape == (table.shape[0], 1)
+    assert np.abs(q.astype(np.float32) * scale - table).max() <= scale.max() / 2 + 1e-7
+    nonzero = np.abs(table).max(axis=1) > 0
+    assert (np.abs(q).max(axis=1)[nonzero] == 127).all(), "each row uses its full range"
+    assert not q[~nonzero].any(), "the padding row stays zero"
+    assert rows.stat().st_size < int8.stat().st_size - 0.7 * table.nbytes
+    for path in available_paths():
+        reference = TextClassifier(tok, load_engine(int8, path, threads=1), RuntimeConfig(batch_size=8)).logits(texts)
+        got = TextClassifier(tok, load_engine(rows, path, threads=1), RuntimeConfig(batch_size=8)).logits(texts)
+        assert not np.allclose(got, reference, atol=1e-6), f"{path}: the rows changed a little"
+        np.testing.assert_allclose(got, reference, atol=0.05 * np.abs(reference).max() + 0.01, err_msg=path)
+    # the toy vocabulary is under the default size
+    assert quantize_onnx_embeddings_int8(fp32, tmp_path / "none.onnx") == []
+    assert {i.name for i in onnx.load(str(tmp_path / "none.onnx")).graph.initializer} == {
+        i.name for i in onnx.load(str(fp32)).graph.initializer}
+
+
+@needs_openvino
+@pytest.mark.parametrize("path", ["openvino/fp32", "onnxruntime/fp32"])
+def test_small_calls_on_static_shapes_give_the_dynamic_answers(stamped, path: str) -> None:
+    from minibert.batching import pad_ids
+    from minibert.engines import STATIC_BATCHES, static_lengths
+
+    _, tok, _, fp32, _, texts, _ = stamped
+    pad = tok.token_to_id(PAD)
+    windows = sorted(cut(tok, texts), key=len)  # 3 to 16 tokens
+    dynamic = load_engine(fp32, path, threads=1)
+    static = dynamic.with_static_shapes(WINDOWS.max_length, pad)
+    assert (static is dynamic) == (path == PORTABLE_PATH), "ONNX Runtime gains nothing by it"
+    assert static_lengths(128) == (16, 32, 64, 128) and static_lengths(100) == (16, 32, 64, 100)
+    for rows in (1, 3, STATIC_BATCHES[-1], STATIC_BATCHES[-1] + 1):  # the last runs dynamic
+        for start in (0, len(windows) - rows):  # the shortest windows (padded most), the longest
+            ids, mask = pad_ids(windows[start:start + rows], pad)
+            expected = dynamic(ids, mask)
+            np.testing.assert_allclose(static(ids, mask), expected, atol=1e-5, err_msg=f"{rows} rows from {start}")
+    long_ids, long_mask = pad_ids([list(range(5, 5 + 2 * WINDOWS.max_length))], pad)  # longer than any static shape
+    np.testing.assert_allclose(static(long_ids, long_mask), dynamic(long_ids, long_mask), atol=1e-5)
 
 
 @needs_openvino

@@ -39,6 +39,7 @@ from minibert.engines import PORTABLE_PATH, load_engine
 from minibert.quantize import (
     model_size_bytes,
     quantize_dynamic_int8,
+    quantize_onnx_embeddings_int8,
     quantize_onnx_int8,
     quantize_onnx_static_int8,
     save_int8,
@@ -56,10 +57,12 @@ from pipeline.stages.common import finish_stage
 from pipeline.task import encode_documents, text_logits
 from pipeline.tracking import stage_run
 
-# the operator types static int8 takes, tried in turn: the first whose graph keeps the student's answers on
-# validation (pipeline.deployment.keeps_answers) and passes the gate on test on every path is a candidate. Embeddings in int8 make the word-CNN 3.7x smaller
-# than fp32 and cost it 0.2-0.3 points of SST-2 dev; the convolutions and matmuls alone keep every answer.
-TIERS = (("Conv", "MatMul", "Gather"), ("Conv", "MatMul"))
+# static int8's tiers, tried in turn: (the operator types it quantises, whether the embedding tables go to int8 a row,
+# weight-only: minibert.quantize.quantize_onnx_embeddings_int8). The first whose graph keeps the student's answers on
+# validation (pipeline.deployment.keeps_answers) and passes the gate on test on every path is a candidate. The
+# word-CNN's embeddings are most of its bytes: by row they cost it no answer, where ONNX Runtime's Gather
+# quantisation (one scale a table, activations too) cost it 0.3 points of SST-2 (benchmarks/JOURNAL.md).
+TIERS = ((("Conv", "MatMul"), True), (("Conv", "MatMul"), False))
 
 
 def calibration_windows(tok, texts: list[str], windows) -> list[list[int]]:  # noqa: ANN001 - tokenizer, Windows
@@ -112,23 +115,25 @@ def main(argv: list[str] | None = None) -> None:
             static = candidates["static"]
             passed_over: dict[str, str] = {}
             verified: dict[str, tuple[dict, dict]] = {}
-            for op_types in TIERS:
+            for op_types, rows in TIERS:
                 quantize_onnx_static_int8(args.portable, static, calibration, pad_id,
                                           per_channel=cfg.per_channel, op_types=op_types)
+                if rows and not quantize_onnx_embeddings_int8(static, static):
+                    continue  # no table big enough (a small vocabulary): the next tier is this graph
                 stamp_onnx(static, contract)
                 on_val = compare(engine_logits(static), student_val, val_labels)
-                last = op_types == TIERS[-1]
+                tier, last = "+".join(op_types) + ("+embedding rows" if rows else ""), (op_types, rows) == TIERS[-1]
                 if not keeps_answers(on_val) and not last:
-                    passed_over["+".join(op_types)] = f"validation: {on_val}"
+                    passed_over[tier] = f"validation: {on_val}"
                     continue
                 try:
                     verified["static"] = gate(static, tok, texts, labels, reference, threads)
                 except StageError as err:
-                    passed_over["+".join(op_types)] = str(err)
+                    passed_over[tier] = str(err)
                     continue
                 if not verified["static"][1] or last:  # a smaller graph is worth it only where it runs on every path
                     break
-                passed_over["+".join(op_types)] = f"refused on {verified.pop('static')[1]}"
+                passed_over[tier] = f"refused on {verified.pop('static')[1]}"
             # dynamic int8 of the fused graph: ONNX Runtime's fused int8 attention (QAttention), which OpenVINO cannot read
             quantize_onnx_int8(args.fused, candidates["dynamic"], per_channel=cfg.per_channel)
             stamp_onnx(candidates["dynamic"], contract)
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
             "deployed_dynamic": float(kind == "dynamic"),  # ORT's dynamic int8 of the fused graph
             "deployed_fp32": float(kind == "fp32"),  # no int8 graph passed the gate: the portable fp32 graph
             **{f"probe_ms_{k}": 1000 * v for k, v in seconds.items()},  # each graph on its fastest verified path here
-            "int8_embeddings": float(kind == "static" and "Gather" in op_types),
+            "int8_embeddings": float(kind == "static" and rows),  # the deployed graph's embedding tables in int8 a row
             "int8_passed_over": passed_over,  # the int8 graphs refused (static tiers, dynamic), and why
             **{f"val_int8_{key}": value for key, value in on_val.items()},  # the deployed tier's, against torch
             "paths_verified": float(len(paths_passed)),
