@@ -172,7 +172,7 @@ def main() -> None:
         else:
             portable = export_onnx(model, tmp / "teacher.onnx")
             graphs = {"fp32": portable}
-        if name == "teacher":  # the student's static int8 is the deployed graph (its first tier: with the embeddings)
+        if name == "teacher":  # the student's static int8 is the deployed graph (its first tier: int8 embedding rows)
             graphs["int8 static (Conv+MatMul)"] = quantize_onnx_static_int8(portable, tmp / f"{name}_static.onnx",
                                                                             calibration, pad_id)
         else:  # the deployed graph without its int8 embedding rows, and with ONNX Runtime's own Gather quantisation
