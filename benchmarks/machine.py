@@ -17,6 +17,15 @@ def cpu_model() -> str:
     return names[0] if names else platform.processor() or platform.machine()
 
 
-def describe() -> dict[str, str]:
-    """``machine`` ("<CPU model>, <n> cores") and ``cpu_capability`` (torch's kernel level: AVX2, AVX512, ...)."""
-    return {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+# Caps on the instruction sets the libraries dispatch to, which let an AVX-512 host stand in for an AVX2-only one:
+# oneDNN's (OpenVINO's CPU plugin and torch's oneDNN kernels), OpenVINO's own kernels, torch's ATen kernels, MKL's.
+# ONNX Runtime's MLAS has none: it keeps the host's full instruction set.
+ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "OV_CPU_MAX_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def describe() -> dict[str, object]:
+    """``machine`` ("<CPU model>, <n> cores"), ``cpu_capability`` (torch's kernel level: AVX2, AVX512, ...) and,
+    where any is set, ``isa_caps``: the ``ISA_CAPS`` variables this process ran under."""
+    caps = {name: os.environ[name] for name in ISA_CAPS if name in os.environ}
+    return {"machine": f"{cpu_model()}, {os.cpu_count()} cores", "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            **({"isa_caps": caps} if caps else {})}

@@ -17,7 +17,12 @@ run on ``--threads`` threads at batch 32:
   (raw text in, logits out: ``minibert.runtime.TextClassifier``, tokenizer included), the median of ``--passes``
   passes over ``--texts`` distinct transfer-set sentences (nothing cached between passes: every end-to-end pass
   tokenizes again), each variant once a pass, in turn; p50 ms of one text on one thread (``--latency-texts`` texts,
-  end to end); accuracy on the test split of record and argmax agreement with the torch fp32 model on it.
+  end to end); accuracy on the test split of record and argmax agreement with the torch fp32 model on it;
+- the host: the path the runtime takes for the deployed graph under ``auto`` (``auto_path``), OpenVINO's
+  capabilities and the kernels it runs the deployed graph with, and the instruction-set caps in effect
+  (``machine.ISA_CAPS``): run under ``ONEDNN_MAX_CPU_ISA=AVX2 OV_CPU_MAX_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2
+  MKL_ENABLE_INSTRUCTIONS=AVX2``, an AVX-512 host stands in for an AVX2-only one for OpenVINO and torch (not for
+  ONNX Runtime, whose chain then keeps AVX-512: a bound that favours the chain before).
 
     python benchmarks/serving_runtimes.py --root <run> [--texts 12000] [--passes 5] [--out results/serving_runtimes.json]
 """
@@ -46,6 +51,7 @@ from minibert.classifiers import load_classifier
 from minibert.contract import stamp_onnx
 from minibert.engines import OUTPUT_NAME, Engine, feed, load_engine
 from minibert.export import export_onnx
+from minibert.precision import cpu_has_native_bf16
 from minibert.quantize import quantize_onnx_int8, quantize_onnx_static_int8
 from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
@@ -115,6 +121,20 @@ def end_to_end(tok, run: Logits, windows, pad_id: int) -> Callable[[list[str]], 
     return texts
 
 
+def openvino_kernels(graph: Path, windows: list, pad_id: int, threads: int) -> dict[str, object]:
+    """OpenVINO's optimization capabilities here and the kernels its CPU plugin runs ``graph`` with in f32 (one
+    call on ``windows``): under an ISA cap (machine.ISA_CAPS) none should name avx512 or amx."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(graph)), "CPU", {
+        "PERF_COUNT": True, "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": threads})
+    request = compiled.create_infer_request()
+    request.infer(feed({i.get_any_name() for i in compiled.inputs}, *pad_ids(windows, pad_id)))
+    kernels = sorted({p.exec_type for p in request.profiling_info if p.status.name == "EXECUTED"} - {"undef"})
+    return {"openvino_capabilities": core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"), "openvino_kernels": kernels}
+
+
 def timed(fn: Callable[[], object]) -> float:
     time.sleep(SETTLE_S)
     start = time.perf_counter()
@@ -148,8 +168,12 @@ def main() -> None:
     latency_texts = texts[: args.latency_texts]
     train = load_split(root / "data/prepared", "train")["text"].sample(n=CALIBRATION_WINDOWS, random_state=0).tolist()
     tmp = Path(tempfile.mkdtemp(prefix="serving_runtimes."))
+    # the bf16 torch model where the CPU computes bf16 natively, and torch's kernels are not capped below AVX-512
+    # (machine.ISA_CAPS: an AVX-512 host standing in for an AVX2-only one, where bf16 is emulated, 21x slower)
+    torch_bf16 = cpu_has_native_bf16() and torch.backends.cpu.get_cpu_capability() != "AVX2"
 
     variants: list[Variant] = []
+    host: dict[str, object] = {}
     failures: dict[str, str] = {}
     reference: dict[str, np.ndarray] = {}  # model -> torch fp32 test logits
     windows_of: dict[str, list] = {}
@@ -196,7 +220,7 @@ def main() -> None:
         for path in graphs.values():
             if path.parent == tmp:  # what is built here carries the model's contract as the pipeline's graphs do
                 stamp_onnx(path, read_contract(checkpoint))
-        for bf16 in (False, True):
+        for bf16 in (False, True) if torch_bf16 else (False,):
             run = torch_logits(model, bf16)
             variants.append(Variant(name, "torch", "torch/bf16" if bf16 else "torch/fp32", run,
                                     end_to_end(tok, run, reads, pad_id), end_to_end(tok, run, reads, pad_id),
@@ -243,7 +267,11 @@ def main() -> None:
     for row in rows:
         row["model_only_vs_today"] = row["model_only_texts_per_s"] / today["model_only_texts_per_s"]
         row["end_to_end_vs_today"] = row["end_to_end_texts_per_s"] / today["end_to_end_texts_per_s"]
-    record = {"date": date.today().isoformat(), **describe(), "python": platform.python_version(),
+    deployed = root / "models/quantize/student_int8.onnx"
+    if "student" in models:  # the path the runtime takes here under auto, and what OpenVINO runs the graph with
+        host = {"auto_path": TextClassifier.from_files(tok_path, deployed, RuntimeConfig(threads=threads)).path,
+                **openvino_kernels(deployed, windows_of["student"][:BATCH], pad_id, threads)}
+    record = {"date": date.today().isoformat(), **describe(), **host, "python": platform.python_version(),
               "threads": threads, "batch": BATCH, "texts": len(texts), "passes": args.passes,
               "mean_tokens": float(np.mean([len(w) for w in windows_of[models[0]]])), "root": str(root),
               "today": f"{today['model']} {today['graph']} on {today['route']}", "rows": rows, "not_run": failures}
@@ -255,6 +283,7 @@ def main() -> None:
               f"{r['end_to_end_texts_per_s']:8.0f} {r['end_to_end_vs_today']:5.2f} {r['p50_ms_1_text_1_thread']:6.2f}")
     for key, why in failures.items():
         print(f"not run: {key}: {why}")
+    print({key: host.get(key) for key in ("auto_path", "openvino_capabilities", "openvino_kernels")})
 
 
 if __name__ == "__main__":

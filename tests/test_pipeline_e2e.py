@@ -68,6 +68,8 @@ def test_every_stage_ran_and_wrote_its_outputs(project: tuple[Path, str]) -> Non
     assert evaluation["student"]["bf16_autocast"] == 0.0, "the fp32 student is the export's parity reference"
     quantize = json.loads((dest / "metrics" / "quantize.json").read_text())
     kinds = {kind: quantize[f"deployed_{kind}"] for kind in ("static", "dynamic", "fp32")}
+    deployed_kind = max(kinds, key=kinds.get)
+    assert quantize[f"probe_ms_{deployed_kind}"] > 0 and quantize[f"probe_single_ms_{deployed_kind}"] > 0, "timed"
     assert sorted(kinds.values()) == [0.0, 0.0, 1.0], "one graph deployed, chosen by the gate and the timing"
     assert kinds["fp32"] == 1.0 or quantize["onnx_int8_mb"] < quantize["onnx_fp32_mb"]
     from minibert.contract import onnx_parity

@@ -3,6 +3,7 @@ windows, labels and probabilities out; providers chosen as documented; bad setti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from conftest import toy_classifier, toy_texts, toy_tokenizer
 from minibert.engines import execution_providers
 from minibert.export import export_onnx
 from minibert.quantize import quantize_onnx_embeddings_int8, quantize_onnx_int8
-from minibert.runtime import RuntimeConfig, TextClassifier
+from minibert.runtime import SINGLE_PROBES, RuntimeConfig, TextClassifier, Timing, fastest, probe_timing
 from minibert.validation import ConfigError
 from pipeline.params import TaskParams
 from pipeline.task import text_logits
@@ -244,7 +245,7 @@ def test_auto_checks_an_unlisted_path_at_load_and_times_those_that_pass(stamped,
         runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
     for path in available_paths()[:-1]:
         assert f"passed its parity check on {path} here" in caplog.text
-    timed = caplog.text.split("probe seconds by path here ")[1].split(";")[0]
+    timed = caplog.text.split("one window a call) ")[1].split(";")[0]
     assert all(f"'{path}'" in timed for path in available_paths()) and f"running on {runtime.path}" in caplog.text
     assert read_onnx_contract(graph).labels == ("no", "yes"), "the record sits beside the contract"
 
@@ -254,9 +255,40 @@ def test_auto_runs_on_the_path_measured_fastest(stamped, tmp_path, monkeypatch) 
 
     graph = with_record(stamped, tmp_path, {p: {"argmax_agreement": 1.0} for p in available_paths()}, tolerance=1e-3)
     for slowest_first in (available_paths(), available_paths()[::-1]):
-        seconds = {path: float(i) for i, path in enumerate(reversed(slowest_first))}  # the last listed is fastest
-        monkeypatch.setattr(runtime_module, "probe_seconds", lambda engine, *_, s=seconds: s[engine.path])
+        seconds = {path: float(i + 1) for i, path in enumerate(reversed(slowest_first))}  # the last listed is fastest
+        monkeypatch.setattr(runtime_module, "probe_timing",
+                            lambda engine, *_, s=seconds: Timing(s[engine.path], s[engine.path]))
         assert TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1)).path == slowest_first[-1]
+
+
+def test_fastest_settles_a_tie_in_batches_by_the_one_window_time() -> None:
+    tie = {"openvino/fp32": Timing(1.00, 0.30), "openvino/bf16": Timing(0.95, 0.45), PORTABLE_PATH: Timing(2.0, 0.5)}
+    assert fastest(tie) == "openvino/fp32"
+    assert fastest({**tie, "openvino/bf16": Timing(0.95, 0.31)}) == "openvino/bf16"
+    assert fastest({"a": Timing(1.0, 1.0), "b": Timing(3.0, 0.5)}) == "a", "2x on one window does not buy 3x in batches"
+
+
+@needs_openvino
+def test_probe_timing_times_batches_and_single_windows_on_the_engine_it_is_given(stamped, tmp_path) -> None:
+    import time
+
+    graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=1e-3)
+    engine = load_engine(graph, "openvino/fp32", threads=1)
+    parity = onnx_parity(engine.metadata, str(graph))
+    calls: list[int] = []
+
+    def slowed(feed):  # 2 ms a call on top of the graph's own time
+        calls.append(len(feed["input_ids"]))
+        time.sleep(0.002)
+        return engine.run(feed)
+
+    timing = probe_timing(replace(engine, run=slowed), parity, 4, 0, repeats=2)
+    windows, singles = len(parity.windows), min(SINGLE_PROBES, len(parity.windows))
+    batch_calls = len(calls) - 3 * singles
+    assert calls[batch_calls:] == [1] * (3 * singles), "three passes (a warm-up, two timed) one window a call"
+    assert sum(calls[:batch_calls]) == 3 * windows and max(calls[:batch_calls]) == 4
+    assert timing.single_s >= singles * 0.002 and timing.batch_s >= (batch_calls // 3) * 0.002
+    assert timing.cost == timing.batch_s * timing.single_s
 
 
 @needs_openvino
