@@ -49,7 +49,7 @@ from minibert.batching import batched_logits, pad_ids
 from minibert.checkpoint import load_model, read_contract
 from minibert.classifiers import load_classifier
 from minibert.contract import stamp_onnx
-from minibert.engines import OUTPUT_NAME, Engine, feed, load_engine
+from minibert.engines import OUTPUT_NAME, Engine, cpu_has_bf16, feed, load_engine
 from minibert.export import export_onnx
 from minibert.precision import cpu_has_native_bf16
 from minibert.quantize import quantize_onnx_int8, quantize_onnx_static_int8
@@ -88,6 +88,8 @@ def ort_openvino_engine(path: Path, threads: int, precision: str) -> Engine:
 
 def engine_on(path: Path, route: str, threads: int) -> Engine:
     runtime, _, precision = route.partition("/")
+    if precision == "bf16" and not cpu_has_bf16():  # OpenVINO would compute in f32 under a bf16 hint
+        raise RuntimeError("OpenVINO reports no native bf16 on this CPU (or under its ISA cap)")
     if runtime == "ort-openvino-ep":
         return ort_openvino_engine(path, threads, precision)
     return load_engine(path, route, threads=threads)
