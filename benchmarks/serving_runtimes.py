@@ -170,12 +170,12 @@ def main() -> None:
     latency_texts = texts[: args.latency_texts]
     train = load_split(root / "data/prepared", "train")["text"].sample(n=CALIBRATION_WINDOWS, random_state=0).tolist()
     tmp = Path(tempfile.mkdtemp(prefix="serving_runtimes."))
+    deployed = root / "models/quantize/student_int8.onnx"
     # the bf16 torch model where the CPU computes bf16 natively, and torch's kernels are not capped below AVX-512
     # (machine.ISA_CAPS: an AVX-512 host standing in for an AVX2-only one, where bf16 is emulated, 21x slower)
     torch_bf16 = cpu_has_native_bf16() and torch.backends.cpu.get_cpu_capability() != "AVX2"
 
     variants: list[Variant] = []
-    host: dict[str, object] = {}
     failures: dict[str, str] = {}
     reference: dict[str, np.ndarray] = {}  # model -> torch fp32 test logits
     windows_of: dict[str, list] = {}
@@ -194,7 +194,7 @@ def main() -> None:
             graphs = {"fp32": portable,  # the chain before this benchmark: ORT dynamic int8 of the fused graph
                       "int8 dynamic (deployed before)": quantize_onnx_int8(root / "models/export/student_fused.onnx",
                                                                            tmp / "student_dynamic.onnx"),
-                      "deployed (quantize stage)": root / "models/quantize/student_int8.onnx"}
+                      "deployed (quantize stage)": deployed}
         else:
             portable = export_onnx(model, tmp / "teacher.onnx")
             graphs = {"fp32": portable}
@@ -269,10 +269,9 @@ def main() -> None:
     for row in rows:
         row["model_only_vs_today"] = row["model_only_texts_per_s"] / today["model_only_texts_per_s"]
         row["end_to_end_vs_today"] = row["end_to_end_texts_per_s"] / today["end_to_end_texts_per_s"]
-    deployed = root / "models/quantize/student_int8.onnx"
-    if "student" in models:  # the path the runtime takes here under auto, and what OpenVINO runs the graph with
-        host = {"auto_path": TextClassifier.from_files(tok_path, deployed, RuntimeConfig(threads=threads)).path,
-                **openvino_kernels(deployed, windows_of["student"][:BATCH], pad_id, threads)}
+    # the path the runtime takes here under auto, and what OpenVINO runs the deployed graph with
+    host = {"auto_path": TextClassifier.from_files(tok_path, deployed, RuntimeConfig(threads=threads)).path,
+            **openvino_kernels(deployed, windows_of["student"][:BATCH], pad_id, threads)} if "student" in models else {}
     record = {"date": date.today().isoformat(), **describe(), **host, "python": platform.python_version(),
               "threads": threads, "batch": BATCH, "texts": len(texts), "passes": args.passes,
               "mean_tokens": float(np.mean([len(w) for w in windows_of[models[0]]])), "root": str(root),
@@ -285,7 +284,7 @@ def main() -> None:
               f"{r['end_to_end_texts_per_s']:8.0f} {r['end_to_end_vs_today']:5.2f} {r['p50_ms_1_text_1_thread']:6.2f}")
     for key, why in failures.items():
         print(f"not run: {key}: {why}")
-    print({key: host.get(key) for key in ("auto_path", "openvino_capabilities", "openvino_kernels")})
+    print(host)
 
 
 if __name__ == "__main__":
