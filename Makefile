@@ -22,10 +22,12 @@ pipeline: $(STAMP)
 	$(BIN)/minibert pipeline $(if $(PROFILE),--profile $(PROFILE))
 
 # Two pytest-xdist workers, one module each at a time (module fixtures such as the end-to-end project
-# are built once); PYTEST_WORKERS=0 runs in one process. The 15 slowest tests are listed at the end (CI keeps to ~15 min).
+# are built once), the longest modules first (tests/conftest.py); PYTEST_WORKERS=0 runs in one process.
+# The 15 slowest tests are listed at the end (CI keeps to ~15 min).
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --durations=15 $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder \
+		--durations=15 $(PYTEST_ARGS)
 
 install: $(STAMP)
 

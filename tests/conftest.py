@@ -29,6 +29,14 @@ if _WORKERS > 1:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules that run whole pipelines (``*_e2e``, then the rest marked ``slow``) first, each module's tests
+    kept together: `make test` hands modules to its two workers in this order (``--no-loadscope-reorder``; xdist's
+    own order, by test count, put the one-test retraining module last, its 7 minutes the suite's tail)."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if item.path.stem.endswith("_e2e") else 1 if item.path in slow else 2)  # stable
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
@@ -170,10 +178,3 @@ def tracking_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     with contextlib.suppress(MlflowException):
         client.delete_registered_model("minibert-sst2")
     return "postgres"
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The end-to-end module first: under `--dist loadscope` it is one worker's unit of work, the
-    longest, so starting it first keeps it from being the tail of the run (a stable sort: the order
-    within each module is kept)."""
-    items.sort(key=lambda item: getattr(item.module, "__name__", "") != "test_pipeline_e2e")

@@ -15,6 +15,7 @@ from pipeline.deadline import (
     ENV,
     FLOOR,
     PHASES,
+    RESERVE,
     SHARE_BEFORE,
     Plan,
     allot,
@@ -66,6 +67,13 @@ def test_a_slow_host_shrinks_every_budget_by_one_factor_and_ends_on_the_deadline
     assert all(scale == pytest.approx(expected) for scale in scales.values()), scales
 
 
+def test_a_slow_host_with_a_reserve_ends_that_long_before_the_deadline() -> None:
+    end, scales = simulate(757.0, plan(reserve=18.0))
+    assert end == pytest.approx(1800.0 - 18.0, abs=1e-6)
+    assert all(scale == pytest.approx((1800.0 - 18.0 - 757.0) / sum(BUDGETS.values())) for scale in scales.values())
+    assert simulate(300.0, plan(reserve=18.0))[1] == dict.fromkeys(BUDGETS, 1.0), "a host that keeps up loses nothing"
+
+
 def test_a_deadline_that_cannot_be_met_leaves_each_loop_its_floor() -> None:
     got = allot(plan(deadline=100.0), "pretrain", 300.0, now=200.0)
     assert got.scale == 0.25 and got.budget_s == 75.0
@@ -103,6 +111,7 @@ def test_the_plan_takes_the_budgets_and_shares_from_params() -> None:
                            "distill": params.distill.time_budget_min * params.distill.soup * 60.0}  # each soup member's cap
     assert params.distill.soup > 1, "the default distils a soup: its members' caps add up"
     assert got.share_before == SHARE_BEFORE and got.floor == FLOOR
+    assert got.reserve == pytest.approx(RESERVE * params.deadline.minutes * 60.0) and 0 < RESERVE < 0.05
     assert "transfer" not in plan_for(params, 0.0, transfer=False).budgets  # the dataset names no intermediate task
     no_cnn = dataclasses.replace(params, distill=dataclasses.replace(  # a student_kind that needs no CNN
         params.distill, student_kind="transformer", soup=1), soft_targets=dataclasses.replace(
@@ -161,6 +170,7 @@ def test_a_retried_run_keeps_its_plan_and_a_null_deadline_hides_any(tmp_path: Pa
     json.dumps({"started": 0.0}),  # keys missing
     json.dumps({**dataclasses.asdict(plan()), "share_before": {}}),  # no shares
     json.dumps({**dataclasses.asdict(plan()), "budgets": {"pretrain": "five minutes"}}),
+    json.dumps({**dataclasses.asdict(plan()), "reserve": "18 s"}),
 ])
 def test_a_broken_plan_file_names_the_variable(broken: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bad = tmp_path / "plan.json"
