@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +113,20 @@ class Parity:
     record (``argmax_agreement``, ``max_abs_diff``, ``accuracy_delta``); ``windows`` are token-id windows of that split
     and ``logits`` the torch fp32 model's logits of them (W x L), which a host that picks an unlisted path runs
     through it before it answers (``minibert.runtime``), held to ``min_agreement`` and ``tolerance[precision]``
-    (the largest logit difference allowed for a path computing in that precision)."""
+    (the largest logit difference allowed for a path computing in that precision). ``refused`` maps a path the gate
+    refused where the graph was built to why: no host serves the graph on it (``minibert.runtime``)."""
 
     verified: dict[str, dict[str, float]]
     windows: tuple[tuple[int, ...], ...]
     logits: tuple[tuple[float, ...], ...]
     tolerance: dict[str, float]
     min_agreement: float
+    refused: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps({"verified": self.verified, "windows": self.windows, "logits": self.logits,
-                           "tolerance": self.tolerance, "min_agreement": self.min_agreement}, sort_keys=True)
+                           "tolerance": self.tolerance, "min_agreement": self.min_agreement, "refused": self.refused},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> Parity:
@@ -132,7 +135,8 @@ class Parity:
             return cls({str(k): {str(m): float(x) for m, x in v.items()} for k, v in raw["verified"].items()},
                        tuple(tuple(int(i) for i in w) for w in raw["windows"]),
                        tuple(tuple(float(x) for x in row) for row in raw["logits"]),
-                       {str(k): float(v) for k, v in raw["tolerance"].items()}, float(raw["min_agreement"]))
+                       {str(k): float(v) for k, v in raw["tolerance"].items()}, float(raw["min_agreement"]),
+                       {str(k): str(v) for k, v in raw.get("refused", {}).items()})  # absent in records before it
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise ArtifactError(f"{where}: unreadable {PARITY_KEY} metadata ({err!r}); rerun `dvc repro quantize`") from err
 

@@ -180,6 +180,18 @@ def fastest(timings: Mapping[K, Timing]) -> K:
     return min(timings, key=lambda key: timings[key].cost)
 
 
+# How far a smaller graph's cost may sit above the fastest's and still count as a tie (``smallest_of_fastest``): the
+# probe's cost for one graph on one path moves by up to a fifth between rounds on a 2-core host (benchmarks/JOURNAL.md).
+COST_TIE = 1.25
+
+
+def smallest_of_fastest(timings: Mapping[K, Timing], sizes: Mapping[K, int], tie: float = COST_TIE) -> K:
+    """Of the keys whose ``Timing.cost`` is within ``tie`` times the least, the one of fewest bytes (``sizes``): where
+    the timing cannot tell graphs apart, the smaller ships."""
+    least = timings[fastest(timings)].cost
+    return min((key for key in timings if timings[key].cost <= tie * least), key=lambda key: (sizes[key], timings[key].cost))
+
+
 def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: int) -> Engine:
     """The graph at ``onnx_path`` on the path ``cfg`` asks for, or with ``auto`` the fastest path measured here among
     those its parity record lists or that pass the record's check now (module docstring); the portable path for a
@@ -214,6 +226,12 @@ def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: i
             return None
         if path in parity.verified:
             return engine
+        if path in parity.refused:  # the full gate's verdict where it was built outweighs the probe's check here
+            why = f"{onnx_path}: the gate refused {path} where it was built ({parity.refused[path]})"
+            if named:
+                raise ArtifactError(f"{why}; use runtime 'auto' or one of {sorted(parity.verified)}")
+            log.info("%s; leaving it out", why)
+            return None
         result = check_path(engine, parity, cfg.batch_size, pad_id)
         if passes(result, parity, path.split("/")[1]):
             log.info("%s passed its parity check on %s here: %s", onnx_path, path, result)

@@ -13,7 +13,15 @@ from conftest import toy_classifier, toy_texts, toy_tokenizer
 from minibert.engines import execution_providers
 from minibert.export import export_onnx
 from minibert.quantize import quantize_onnx_embeddings_int8, quantize_onnx_int8
-from minibert.runtime import SINGLE_PROBES, RuntimeConfig, TextClassifier, Timing, fastest, probe_timing
+from minibert.runtime import (
+    SINGLE_PROBES,
+    RuntimeConfig,
+    TextClassifier,
+    Timing,
+    fastest,
+    probe_timing,
+    smallest_of_fastest,
+)
 from minibert.validation import ConfigError
 from pipeline.params import TaskParams
 from pipeline.task import text_logits
@@ -216,8 +224,10 @@ def test_openvino_fp32_matches_onnx_runtime_on_the_portable_graph(stamped) -> No
     np.testing.assert_allclose(runtime.logits(texts), expected, atol=1e-4)
 
 
-def with_record(stamped, tmp_path, verified: dict, tolerance: float, logits_shift: float = 0.0, agreement: float = 0.995):
-    """A copy of the fp32 graph with a parity record: ``verified`` paths, every window of the texts as the probe."""
+def with_record(stamped, tmp_path, verified: dict, tolerance: float, logits_shift: float = 0.0, agreement: float = 0.995,
+                refused: dict | None = None):
+    """A copy of the fp32 graph with a parity record: ``verified`` paths (and ``refused`` ones), every window of the
+    texts as the probe."""
     import shutil
 
     model, tok, _, fp32, _, texts, _ = stamped
@@ -227,7 +237,7 @@ def with_record(stamped, tmp_path, verified: dict, tolerance: float, logits_shif
 
     probe = predict_logits(model.eval(), windows, batch_size=8, pad_id=tok.token_to_id(PAD)) + logits_shift
     stamp_parity(graph, Parity(verified, tuple(map(tuple, windows)), tuple(map(tuple, probe.tolist())),
-                               {"fp32": tolerance, "bf16": tolerance}, agreement))
+                               {"fp32": tolerance, "bf16": tolerance}, agreement, refused or {}))
     return graph
 
 
@@ -268,6 +278,16 @@ def test_fastest_settles_a_tie_in_batches_by_the_one_window_time() -> None:
     assert fastest({"a": Timing(1.0, 1.0), "b": Timing(3.0, 0.5)}) == "a", "2x on one window does not buy 3x in batches"
 
 
+def test_the_smaller_graph_ships_where_the_timing_cannot_tell_them_apart() -> None:
+    timings = {"int8 rows": Timing(1.10, 0.60), "fp32 rows": Timing(1.00, 0.56), "dynamic": Timing(2.0, 0.9)}
+    sizes = {"int8 rows": 4_740_000, "fp32 rows": 16_960_000, "dynamic": 4_000_000}
+    assert fastest(timings) == "fp32 rows"
+    assert smallest_of_fastest(timings, sizes) == "int8 rows", "1.18x the least cost: a tie, the smaller graph ships"
+    assert smallest_of_fastest({**timings, "int8 rows": Timing(1.5, 0.6)}, sizes) == "fp32 rows", "1.6x: speed wins"
+    assert smallest_of_fastest(timings, sizes, tie=1.0) == "fp32 rows"
+    assert smallest_of_fastest(timings, {**sizes, "int8 rows": 16_960_000}) == "fp32 rows", "same size: the faster"
+
+
 @needs_openvino
 def test_probe_timing_times_batches_and_single_windows_on_the_engine_it_is_given(stamped, tmp_path) -> None:
     import time
@@ -303,6 +323,27 @@ def test_an_unlisted_path_that_fails_its_check_is_dropped_under_auto_and_refused
     assert "max |logit diff| 1 (limit 0.001)" in caplog.text and "leaving it out" in caplog.text
     with pytest.raises(ArtifactError, match=r"on openvino/fp32: argmax agreement 1.0000 .* max \|logit diff\| 1 "):
         TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
+
+
+@needs_openvino
+def test_a_path_the_gate_refused_where_the_graph_was_built_is_left_out_and_refused_when_named(stamped, tmp_path,
+                                                                                               caplog) -> None:
+    """The check's limits are loose (it would pass every path), but the record says the gate refused openvino/fp32
+    on the test split: auto leaves it out, and naming it is refused with the gate's numbers."""
+    why = "argmax agreement 0.9966 (needs >= 0.995), accuracy -0.34 points (limit -0.3)"
+    graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=10.0, agreement=0.0,
+                        refused={"openvino/fp32": why})
+    assert onnx_parity(load_engine(graph).metadata, "graph").refused == {"openvino/fp32": why}, "the record keeps it"
+    with caplog.at_level("INFO", logger="minibert.runtime"):
+        runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
+    assert runtime.path != "openvino/fp32" and "the gate refused openvino/fp32 where it was built" in caplog.text
+    with pytest.raises(ArtifactError, match=r"refused openvino/fp32 where it was built \(argmax agreement 0.9966"):
+        TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
+    (tmp_path / "plain").mkdir()
+    plain = with_record(stamped, tmp_path / "plain", {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=10.0,
+                        agreement=0.0)
+    assert TextClassifier.from_files(stamped[2], plain, RuntimeConfig(runtime="openvino", precision="fp32",
+                                                                      threads=1)).path == "openvino/fp32"
 
 
 @needs_openvino
