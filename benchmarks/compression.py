@@ -52,8 +52,9 @@ from minibert.tokenizer import CLS, SEP, load_tokenizer
 from minibert.windows import document_windows
 from pipeline.metrics import classification_metrics, single_text_latency
 from pipeline.params import load_params
+from pipeline.scoring import text_logits
 from pipeline.splits import load_split
-from pipeline.task import encode_documents, reading, text_logits
+from pipeline.task import encode_documents, reading
 
 Texts = Callable[[list[str]], np.ndarray]  # raw texts -> (N, L) logits
 Windows = Callable[[torch.Tensor, torch.Tensor], object]  # (ids, mask) -> logits, pre-tokenized

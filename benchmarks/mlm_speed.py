@@ -33,9 +33,9 @@ SHAPE = dict(layers=4, hidden=256, heads=4, intermediate=1024, vocab=16000)
 
 def build_batches(path: Path, batch: int, length: int, count: int) -> None:
     """Train a 16k WordPiece on IMDb unlabeled reviews; cut them into length-token sequences."""
-    from minibert.inference import chunk_document
     from minibert.masking import mask_tokens
     from minibert.tokenizer import TokenizerConfig, train_wordpiece
+    from minibert.windows import chunk_document
 
     with gzip.open(ROOT.parent / "shared" / "data" / "imdb" / "unsup.jsonl.gz", "rt") as f:
         texts = [json.loads(line)["text"] for _, line in zip(range(20000), f)]

@@ -26,10 +26,10 @@ import torch
 from common import ROOT, PrintingTracker, add_params_args, load_with_overrides, parse_overrides
 
 from minibert.checkpoint import load_model, save_model
-from minibert.inference import encode, predict_logits
+from minibert.inference import predict_logits
 from minibert.model import SequenceClassifier
 from minibert.runtime import softmax
-from minibert.tokenizer import load_tokenizer
+from minibert.tokenizer import encode, load_tokenizer
 from minibert.trainer import NullTracker
 from pipeline.classifier_loop import train_classifier
 from pipeline.metrics import classification_metrics

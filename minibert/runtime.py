@@ -215,7 +215,14 @@ def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: i
         return load(candidates[0])
 
     def usable(path: str) -> Engine | None:
-        """``path``'s engine where the record lists it or it passes the check here; None (or, named, an error)."""
+        """``path``'s engine where the record lists it or it passes the check here; None (or, named, an error).
+        A path the record refused is left out before its engine is built (an OpenVINO compile costs seconds)."""
+        if path in parity.refused:  # the full gate's verdict where it was built outweighs the probe's check here
+            why = f"{onnx_path}: the gate refused {path} where it was built ({parity.refused[path]})"
+            if named:
+                raise ArtifactError(f"{why}; use runtime 'auto' or one of {sorted(parity.verified)}")
+            log.info("%s; leaving it out", why)
+            return None
         try:
             engine = portable if path == PORTABLE_PATH else load(path)
         except RuntimeError as err:  # e.g. OpenVINO cannot read ONNX Runtime's fused int8 operators
@@ -226,12 +233,6 @@ def open_engine(onnx_path: str | os.PathLike[str], cfg: RuntimeConfig, pad_id: i
             return None
         if path in parity.verified:
             return engine
-        if path in parity.refused:  # the full gate's verdict where it was built outweighs the probe's check here
-            why = f"{onnx_path}: the gate refused {path} where it was built ({parity.refused[path]})"
-            if named:
-                raise ArtifactError(f"{why}; use runtime 'auto' or one of {sorted(parity.verified)}")
-            log.info("%s; leaving it out", why)
-            return None
         result = check_path(engine, parity, cfg.batch_size, pad_id)
         if passes(result, parity, path.split("/")[1]):
             log.info("%s passed its parity check on %s here: %s", onnx_path, path, result)

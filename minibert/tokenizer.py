@@ -1,4 +1,4 @@
-"""WordPiece tokenizer training and loading, on the ``tokenizers`` library.
+"""WordPiece tokenizer training and loading, on the ``tokenizers`` library, and texts into ids (``encode``).
 
 Reference: BERT's uncased WordPiece (``BertNormalizer`` with lower-casing and accent stripping,
 ``BertPreTokenizer``, "##" continuation prefix, "[CLS] A [SEP] B [SEP]" template). The saved
@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +125,41 @@ def encodable(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def head_tail(ids: Sequence[int], body: int) -> list[int]:
+    """The first quarter and last three quarters of ``body`` tokens (Sun et al. 2019: reviews
+    state their verdict at the end)."""
+    if len(ids) <= body:
+        return list(ids)
+    head = body // 4
+    return [*ids[:head], *ids[len(ids) - (body - head):]]
+
+
+TRUNCATIONS = ("head", "head_tail")
+
+
+def encode(tokenizer: Tokenizer, texts: Sequence[str], max_length: int, truncation: str = "head") -> list[list[int]]:
+    """Token ids with [CLS] ... [SEP], cut to ``max_length`` (the [SEP] is kept).
+
+    ``truncation``: "head" keeps the first tokens; "head_tail" keeps the first quarter and
+    the last three quarters of the window.
+    """
+    if max_length < 3:
+        raise ValueError(f"max_length must be >= 3 to hold [CLS] x [SEP], got {max_length}")
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation must be one of {TRUNCATIONS}, got {truncation!r}")
+    tokenizer.no_padding()
+    if truncation == "head_tail":
+        tokenizer.no_truncation()
+        cls_id, sep_id = tokenizer.token_to_id(CLS), tokenizer.token_to_id(SEP)
+        docs = tokenizer.encode_batch([encodable(t) for t in texts], add_special_tokens=False)
+        return [[cls_id, *head_tail(e.ids, max_length - 2), sep_id] for e in docs]
+    tokenizer.enable_truncation(max_length=max_length)
+    try:
+        return [e.ids for e in tokenizer.encode_batch([encodable(t) for t in texts])]
+    finally:
+        tokenizer.no_truncation()
 
 
 def vocabulary_digest(tok: Tokenizer) -> str:

@@ -30,6 +30,12 @@ def sliding_windows(ids: Sequence[int], max_length: int, stride: int, cls_id: in
     return [[cls_id, *ids[s : s + body], sep_id] for s in starts]
 
 
+def chunk_document(ids: Sequence[int], max_length: int, cls_id: int, sep_id: int) -> list[list[int]]:
+    """Split a document's ids (no specials) into [CLS] piece [SEP] sequences of <= max_length."""
+    body = max_length - 2
+    return [[cls_id, *ids[i : i + body], sep_id] for i in range(0, len(ids), body)] if ids else []
+
+
 def document_windows(
     documents: Sequence[Sequence[int]], max_length: int, stride: int, cls_id: int, sep_id: int
 ) -> tuple[list[list[int]], np.ndarray]:

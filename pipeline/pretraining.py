@@ -42,7 +42,6 @@ from minibert.batching import EpochStream, pad_batch, sorted_batches
 from minibert.config import ModelConfig
 from minibert.distributed import World
 from minibert.embedding_init import ppmi_svd, set_token_embeddings, unigram_log_probs
-from minibert.inference import chunk_document
 from minibert.losses import mlm_loss
 from minibert.masking import mask_tokens
 from minibert.model import MaskedLM, build_mlm
@@ -50,6 +49,7 @@ from minibert.spread import token_deviation
 from minibert.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
 from minibert.train_config import LoopConfig, PPMIConfig
 from minibert.trainer import Checkpointer, Hooks, LoopResult, Tracker, fit
+from minibert.windows import chunk_document
 from pipeline.deadline import budget_s, record_trained
 from pipeline.params import PretrainParams, TrainParams
 from pipeline.progress import progress_bar

@@ -1,5 +1,5 @@
-"""Scoring a classifier on a set of texts: the validation pass every training loop selects on, and
-logits of a whole set (soft targets, parity checks) in chunks with a progress bar."""
+"""Scoring a classifier on a set of texts: the validation pass every training loop selects on, logits of a
+whole set (soft targets, parity checks) in chunks with a progress bar, and raw texts to logits (``text_logits``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer
-from torch import nn
+from torch import Tensor, nn
 
 from minibert.contract import Windows
-from minibert.inference import predict_logits, predict_windows
+from minibert.inference import predict_documents, predict_logits, predict_windows
 from minibert.model import SequenceClassifier
 from minibert.tokenizer import CLS, SEP
 from minibert.windows import document_windows
@@ -20,6 +20,7 @@ from pipeline.params import TaskParams
 from pipeline.progress import progress
 from pipeline.task import encode_documents
 
+Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
 CHUNK_ROWS = 4096  # rows a progress-bar step when a model scores a whole set
 
 
@@ -53,3 +54,20 @@ def chunked_logits(model: nn.Module, sequences: list[list[int]], what: str, num_
 
 def teacher_logits(teacher: SequenceClassifier, sequences: list[list[int]], what: str, precision: str = "fp32") -> np.ndarray:
     return chunked_logits(teacher, sequences, what, teacher.head.classifier.out_features, precision)
+
+
+def document_logits(
+    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows, batch_size: int,
+    precision: str = "fp32",
+) -> Callable[[list[list[int]]], np.ndarray]:
+    """Encoded documents -> (N, L) logits through the task's sliding windows (``precision``: fp32 | bf16 | auto)."""
+    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
+    return lambda docs: predict_documents(model, docs, task.max_length, task.stride, task.aggregate, batch_size,
+                                          cls_id, sep_id, precision)
+
+
+def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows,
+                batch_size: int, precision: str = "fp32") -> Logits:
+    """Raw texts -> (N, L) logits: tokenization included (what a user of the model pays)."""
+    predict = document_logits(model, tok, task, batch_size, precision)
+    return lambda texts: predict(encode_documents(tok, texts))

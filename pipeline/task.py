@@ -10,19 +10,15 @@ of ``task.max_length`` tokens every ``task.stride`` tokens, their logits combine
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 from tokenizers import Tokenizer
-from torch import Tensor, nn
 
 from minibert.contract import Windows
-from minibert.inference import chunk_document, encode, predict_documents
-from minibert.tokenizer import CLS, SEP
+from minibert.tokenizer import CLS, SEP, encode
+from minibert.windows import chunk_document
 from pipeline.params import TaskParams
-
-Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
 
 
 def reads(task: TaskParams, labels: tuple[str, ...]) -> tuple[Windows, tuple[str, ...]]:
@@ -63,20 +59,3 @@ def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     tok.no_truncation()
     tok.no_padding()
     return [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
-
-
-def document_logits(
-    model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows, batch_size: int,
-    precision: str = "fp32",
-) -> Callable[[list[list[int]]], np.ndarray]:
-    """Encoded documents -> (N, L) logits through the task's sliding windows (``precision``: fp32 | bf16 | auto)."""
-    cls_id, sep_id = tok.token_to_id(CLS), tok.token_to_id(SEP)
-    return lambda docs: predict_documents(model, docs, task.max_length, task.stride, task.aggregate, batch_size,
-                                          cls_id, sep_id, precision)
-
-
-def text_logits(model: nn.Module | Callable[[Tensor, Tensor], Tensor], tok: Tokenizer, task: TaskParams | Windows,
-                batch_size: int, precision: str = "fp32") -> Logits:
-    """Raw texts -> (N, L) logits: tokenization included (what a user of the model pays)."""
-    predict = document_logits(model, tok, task, batch_size, precision)
-    return lambda texts: predict(encode_documents(tok, texts))

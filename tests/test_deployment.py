@@ -15,7 +15,7 @@ from minibert.runtime import RuntimeConfig, TextClassifier
 from minibert.tokenizer import PAD
 from pipeline.deployment import MIN_AGREEMENT, PROBE_WINDOWS, TOLERANCE, gate, parity_record
 from pipeline.io import StageError
-from pipeline.task import text_logits
+from pipeline.scoring import text_logits
 
 WINDOWS = Windows(16, 6, "mean")
 

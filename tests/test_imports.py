@@ -27,7 +27,8 @@ def test_import_minibert_loads_no_workflow_or_optional_packages() -> None:
 
 @pytest.mark.parametrize("module", ["minibert", "minibert.config", "minibert.train_config", "pipeline.params",
                                     "pipeline.stages.prepare", "pipeline.stages.tokenizer", "pipeline.stages.register",
-                                    "pipeline.stages.report", "pipeline.cli"])
+                                    "pipeline.stages.report", "pipeline.stages.transfer_set", "pipeline.stages.soft_targets",
+                                    "pipeline.task", "pipeline.cli"])
 def test_configs_and_the_light_stages_start_without_torch(module: str) -> None:
     """Reading params needs no torch, so the stages that train nothing skip its ~2 s import, and so
     does the CLI (``minibert predict`` serves the ONNX model; ``presets`` and ``attention`` import

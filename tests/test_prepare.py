@@ -3,6 +3,7 @@ normalisation, dedup, leakage, and splits carved by a hash that appended rows ne
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +64,16 @@ def describe(root: Path, name: str, text: str) -> Path:
 
 def test_normalise_replaces_br_tags_and_collapses_space() -> None:
     assert normalise("  Great<br /><br />film.\tReally <BR/>good ") == "Great film. Really good"
+
+
+def test_normalise_treats_every_whitespace_character_as_the_regex_rule_does() -> None:
+    """The rule it replaced: ``<br>`` tags out, then ``re.sub(r"\\s+", " ")`` and strip. Over every code point
+    (no-break spaces, line and paragraph separators, the C0 separators) both give the same text."""
+    br, space = re.compile(r"<br\s*/?>", re.IGNORECASE), re.compile(r"\s+")
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    texts = [f"{c}a{c}{c}b<br{c}/>c{c}" for c in chars] + ["<BR>", "<br/ >x", "a <bR  /> b", "\u2028x\u3000\x1c"]
+    assert [normalise(t) for t in texts] == [space.sub(" ", br.sub(" ", t)).strip() for t in texts]
+    assert normalise("a\u00a0\u2029b") == "a b" and normalise("a\u200bb") == "a\u200bb", "zero-width space is no space"
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet", ".csv.gz", ".jsonl.gz"])

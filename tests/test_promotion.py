@@ -21,7 +21,7 @@ from minibert import ClassifierConfig, ModelConfig, build_classifier
 from minibert.batching import pad_batch
 from minibert.contract import Contract, Windows, stamp_onnx
 from minibert.export import export_onnx
-from minibert.inference import encode
+from minibert.tokenizer import encode
 from pipeline.params import PromoteParams
 from pipeline.promotion import Decision, Scores, decide
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import toy_classifier, toy_texts, toy_tokenizer
 
+import minibert.runtime as runtime_module
 from minibert.engines import execution_providers
 from minibert.export import export_onnx
 from minibert.quantize import quantize_onnx_embeddings_int8, quantize_onnx_int8
@@ -24,7 +25,7 @@ from minibert.runtime import (
 )
 from minibert.validation import ConfigError
 from pipeline.params import TaskParams
-from pipeline.task import text_logits
+from pipeline.scoring import text_logits
 
 
 @pytest.fixture(scope="module")
@@ -327,16 +328,20 @@ def test_an_unlisted_path_that_fails_its_check_is_dropped_under_auto_and_refused
 
 @needs_openvino
 def test_a_path_the_gate_refused_where_the_graph_was_built_is_left_out_and_refused_when_named(stamped, tmp_path,
-                                                                                               caplog) -> None:
+                                                                                               caplog, monkeypatch) -> None:
     """The check's limits are loose (it would pass every path), but the record says the gate refused openvino/fp32
-    on the test split: auto leaves it out, and naming it is refused with the gate's numbers."""
+    on the test split: auto leaves it out without building its engine, and naming it is refused with the gate's
+    numbers."""
     why = "argmax agreement 0.9966 (needs >= 0.995), accuracy -0.34 points (limit -0.3)"
     graph = with_record(stamped, tmp_path, {PORTABLE_PATH: {"argmax_agreement": 1.0}}, tolerance=10.0, agreement=0.0,
                         refused={"openvino/fp32": why})
     assert onnx_parity(load_engine(graph).metadata, "graph").refused == {"openvino/fp32": why}, "the record keeps it"
+    built = []
+    monkeypatch.setattr(runtime_module, "load_engine", lambda *a, **k: built.append(a[1]) or load_engine(*a, **k))
     with caplog.at_level("INFO", logger="minibert.runtime"):
         runtime = TextClassifier.from_files(stamped[2], graph, RuntimeConfig(threads=1))
     assert runtime.path != "openvino/fp32" and "the gate refused openvino/fp32 where it was built" in caplog.text
+    assert PORTABLE_PATH in built and "openvino/fp32" not in built, f"engines built: {built}"
     with pytest.raises(ArtifactError, match=r"refused openvino/fp32 where it was built \(argmax agreement 0.9966"):
         TextClassifier.from_files(stamped[2], graph, RuntimeConfig(runtime="openvino", precision="fp32", threads=1))
     (tmp_path / "plain").mkdir()

@@ -11,7 +11,7 @@ from minibert import ClassifierConfig
 from minibert.engines import load_session
 from minibert.export import export_onnx, session_callable
 from pipeline.params import TaskParams
-from pipeline.task import text_logits
+from pipeline.scoring import text_logits
 
 pytest.importorskip("mlflow")
 from pipeline.serving_model import TextClassifierModel  # noqa: E402

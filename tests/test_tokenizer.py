@@ -113,7 +113,7 @@ def test_config_rejects_a_vocabulary_smaller_than_the_specials() -> None:
 
 
 def test_head_tail_truncation_keeps_the_first_quarter_and_the_end(trained: Tokenizer) -> None:
-    from minibert.inference import encode, head_tail
+    from minibert.tokenizer import encode, head_tail
 
     assert head_tail(list(range(20)), 8) == [0, 1, 14, 15, 16, 17, 18, 19]
     assert head_tail([1, 2, 3], 8) == [1, 2, 3]

@@ -86,7 +86,8 @@ def test_the_stage_cuts_unlabelled_reviews_and_refuses_a_corpus_without_text(sta
 def test_teacher_logits_follow_the_input_order_and_an_empty_set_keeps_the_label_columns(tmp_path: Path) -> None:
     from conftest import toy_classifier, toy_texts, toy_tokenizer
 
-    from minibert.inference import encode, predict_logits
+    from minibert.inference import predict_logits
+    from minibert.tokenizer import encode
     from pipeline.scoring import teacher_logits
 
     tok, _ = toy_tokenizer(tmp_path)

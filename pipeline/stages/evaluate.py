@@ -67,8 +67,8 @@ from pipeline.metrics import (
 from pipeline.params import Params, load_params
 from pipeline.plots import tradeoff_chart
 from pipeline.progress import progress
+from pipeline.scoring import text_logits
 from pipeline.splits import load_split, prepared, split_path
-from pipeline.task import text_logits
 from pipeline.tfidf import load_baseline
 from pipeline.tracking import stage_run
 

@@ -52,10 +52,10 @@ from pipeline.deployment import BATCH, compare, gate, keeps_answers, parity_reco
 from pipeline.io import StageError
 from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
 from pipeline.params import Params, load_params
-from pipeline.scoring import validation
+from pipeline.scoring import text_logits, validation
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_documents, text_logits
+from pipeline.task import encode_documents
 from pipeline.tracking import stage_run
 
 # static int8's tiers, tried in turn: (the operator types it quantises, whether the embedding tables go to int8 a row,

@@ -23,8 +23,7 @@ from conftest import toy_texts  # noqa: E402
 from minibert import ClassifierConfig, ModelConfig, build_classifier  # noqa: E402
 from minibert.batching import EpochStream, pad_batch  # noqa: E402
 from minibert.distributed import World  # noqa: E402
-from minibert.inference import encode  # noqa: E402
-from minibert.tokenizer import load_tokenizer  # noqa: E402
+from minibert.tokenizer import encode, load_tokenizer  # noqa: E402
 from minibert.train_config import LoopConfig, OptimConfig  # noqa: E402
 from minibert.trainer import Checkpointer, Hooks, fit  # noqa: E402
 
