@@ -23,6 +23,22 @@ def cpu_model() -> str:
 ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "OV_CPU_MAX_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
 
 
+def partial_caps(environ: dict[str, str] | os._Environ = os.environ) -> str | None:
+    """Why a set of ``ISA_CAPS`` is not an emulated host (None when none or all four are set). A part of them makes a
+    machine that exists nowhere, and one that crashes: with ``ONEDNN_MAX_CPU_ISA=AVX2`` alone, OpenVINO still compiles
+    for the host's bf16 and its ``infer`` dies of a segmentation fault."""
+    given = [name for name in ISA_CAPS if name in environ]
+    if not given or len(given) == len(ISA_CAPS):
+        return None
+    missing = [name for name in ISA_CAPS if name not in environ]
+    return (f"ISA caps {', '.join(given)} are set without {', '.join(missing)}: set all four (an AVX2-only host is "
+            "ONEDNN_MAX_CPU_ISA=AVX2 OV_CPU_MAX_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2) or none")
+
+
+if (_why := partial_caps()) is not None:  # every benchmark imports this module first: refuse before measuring anything
+    raise SystemExit(f"error: {_why}")
+
+
 def describe() -> dict[str, object]:
     """``machine`` ("<CPU model>, <n> cores"), ``cpu_capability`` (torch's kernel level: AVX2, AVX512, ...) and,
     where any is set, ``isa_caps``: the ``ISA_CAPS`` variables this process ran under."""

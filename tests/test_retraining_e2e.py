@@ -26,7 +26,10 @@ pytestmark = [
 ]
 
 # The retraining test's small dataset: real TREC questions (6 classes) where the tiny profile's word-CNN student learns
-# in seconds, so that a clean drop and a drop with wrong labels move its accuracy apart.
+# in seconds. The drops are sized so that the gate's decisions stand above the spread of training itself: another
+# host's kernels (or another seed) give another trajectory, and with a clean drop of 400 rows on a first 400 the test
+# accuracy went 0.46 -> 0.58 on one host, 0.51 -> 0.67 under another seed and 0.48 (refused) on CI's. Five times the
+# first data, then more rotated labels than right ones, move it by tens of points.
 DROPS = {"profile": {"data": {"dataset": "drops"}, "register": {"model_name": "minibert-drops"},
                      "prepare": {"max_train_rows": None, "max_dev_rows": None},
                      "cnn": {"filters": 16, "epochs": 4.0, "lr": 0.003},
@@ -42,14 +45,14 @@ def deep_merge(base: dict, extra: dict) -> dict:
 
 
 def trec_drops(folder: Path) -> dict[str, Path]:
-    """The first export (400 training questions and TREC's test), a clean drop of 400 more, and a drop of 1,200
-    whose labels are each rotated to the next class: made worse on purpose."""
+    """The first export (400 training questions and TREC's test), a clean drop of 1,600 more, and a drop of 2,800
+    whose labels are each rotated to the next class: made worse on purpose (more wrong rows than right ones)."""
     train = pd.read_csv(TREC / "train.csv").sample(frac=1.0, random_state=0)
     classes = sorted(train["category"].unique())
-    rotated = train.iloc[800:2000].assign(category=lambda d: d["category"].map(
+    rotated = train.iloc[2000:4800].assign(category=lambda d: d["category"].map(
         {c: classes[(i + 1) % len(classes)] for i, c in enumerate(classes)}))
     files = {"first/train.csv": train.iloc[:400], "first/test.csv": pd.read_csv(TREC / "test.csv"),
-             "clean/train-2026-11.csv": train.iloc[400:800], "noisy/train-2026-12.csv": rotated}
+             "clean/train-2026-11.csv": train.iloc[400:2000], "noisy/train-2026-12.csv": rotated}
     for name, table in files.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(folder / name, index=False)
@@ -133,7 +136,7 @@ def test_a_scheduled_deployment_retrains_on_each_data_drop_and_the_gate_promotes
             drop = pd.read_csv(files["clean/train-2026-11.csv"]).assign(question=lambda d: d["question"].map(normalise))
             # new to training: the rest went to the carved validation split, or was there already
             landed = drop[drop["question"].isin(trained - before)].drop_duplicates("question")
-            assert change["rows_added"] == len(landed) > 360 and change["rows_removed"] == 0 and not change["test_changed"]
+            assert change["rows_added"] == len(landed) > 0.8 * len(drop) and change["rows_removed"] == 0 and not change["test_changed"]
             assert change["added_per_class"] == landed["category"].value_counts().reindex(
                 ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"], fill_value=0).to_dict()
             assert 0 < change["new_vocabulary_rate"] < 1 and change["label_shift"] < 0.1
@@ -150,7 +153,7 @@ def test_a_scheduled_deployment_retrains_on_each_data_drop_and_the_gate_promotes
             tags = client.get_model_version("minibert-drops", noisy).tags
             assert tags["promotion.decision"] == "refused" and "< champion" in tags["promotion.reason"], tags
             assert champion() == clean, "the champion stays"
-            assert float(tags["data.label_shift"]) > 0.05 and int(tags["data.rows_added"]) > 1000, tags
+            assert float(tags["data.label_shift"]) > 0.05 and int(tags["data.rows_added"]) > 2000, tags
             assert float(tags["promotion.accuracy"]) < float(client.get_model_version("minibert-drops", clean)
                                                              .tags["promotion.accuracy"]) - 0.02
             assert serve.poll() is None and server.poll() is None, "server and deployment stay up between runs"
