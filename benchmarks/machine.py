@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -20,19 +21,22 @@ def cpu_model() -> str:
 # Caps on the instruction sets the libraries dispatch to, which let an AVX-512 host stand in for an AVX2-only one:
 # oneDNN's (OpenVINO's CPU plugin and torch's oneDNN kernels), OpenVINO's own kernels, torch's ATen kernels, MKL's.
 # ONNX Runtime's MLAS has none: it keeps the host's full instruction set.
-ISA_CAPS = ("ONEDNN_MAX_CPU_ISA", "OV_CPU_MAX_ISA", "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")
+AVX2_ONLY = {"ONEDNN_MAX_CPU_ISA": "AVX2", "OV_CPU_MAX_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+ISA_CAPS = tuple(AVX2_ONLY)
 
 
-def partial_caps(environ: dict[str, str] | os._Environ = os.environ) -> str | None:
+def partial_caps(environ: Mapping[str, str] = os.environ) -> str | None:
     """Why a set of ``ISA_CAPS`` is not an emulated host (None when none or all four are set). A part of them makes a
     machine that exists nowhere, and one that crashes: with ``ONEDNN_MAX_CPU_ISA=AVX2`` alone, OpenVINO still compiles
     for the host's bf16 and its ``infer`` dies of a segmentation fault."""
-    given = [name for name in ISA_CAPS if name in environ]
-    if not given or len(given) == len(ISA_CAPS):
-        return None
     missing = [name for name in ISA_CAPS if name not in environ]
+    if len(missing) in (0, len(ISA_CAPS)):
+        return None
+    given = [name for name in ISA_CAPS if name in environ]
+    example = " ".join(f"{name}={value}" for name, value in AVX2_ONLY.items())
     return (f"ISA caps {', '.join(given)} are set without {', '.join(missing)}: set all four (an AVX2-only host is "
-            "ONEDNN_MAX_CPU_ISA=AVX2 OV_CPU_MAX_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2) or none")
+            f"{example}) or none")
 
 
 if (_why := partial_caps()) is not None:  # every benchmark imports this module first: refuse before measuring anything

@@ -26,10 +26,9 @@ pytestmark = [
 ]
 
 # The retraining test's small dataset: real TREC questions (6 classes) where the tiny profile's word-CNN student learns
-# in seconds. The drops are sized so that the gate's decisions stand above the spread of training itself: another
-# host's kernels (or another seed) give another trajectory, and with a clean drop of 400 rows on a first 400 the test
-# accuracy went 0.46 -> 0.58 on one host, 0.51 -> 0.67 under another seed and 0.48 (refused) on CI's. Five times the
-# first data, then more rotated labels than right ones, move it by tens of points.
+# in seconds. The drops are sized so that the gate's decisions stand above the spread of training itself (another
+# host's kernels or another seed give another trajectory): five times the first data, then more rotated labels than
+# right ones, move its accuracy by tens of points (benchmarks/JOURNAL.md, "The retraining test's drops").
 DROPS = {"profile": {"data": {"dataset": "drops"}, "register": {"model_name": "minibert-drops"},
                      "prepare": {"max_train_rows": None, "max_dev_rows": None},
                      "cnn": {"filters": 16, "epochs": 4.0, "lr": 0.003},
