@@ -222,3 +222,25 @@ def test_a_refused_graph_leaves_both_previous_graphs_in_place(tmp_path: Path) ->
     metrics = verified_exports([(portable, lambda p: p.write_text("new portable"), lambda p: {"a": 1.0}),
                                 (fused, lambda p: p.write_text("new fused"), lambda p: {"b": 2.0})])
     assert metrics == {"a": 1.0, "b": 2.0} and fused.read_text() == "new fused" and portable.read_text() == "new portable"
+
+
+def test_the_stage_writes_both_graphs_stamped_and_fuses_a_transformers_attention(tmp_path: Path) -> None:
+    from conftest import toy_classifier, toy_texts, toy_tokenizer
+
+    from minibert.contract import Contract, Windows, read_onnx_contract
+    from pipeline.params import ExportParams
+    from pipeline.stages.export import run
+
+    tok, _ = toy_tokenizer(tmp_path)
+    student = toy_classifier(tok)
+    contract = Contract("classifier", None, Windows(16, 6, "mean"), ("no", "yes"))
+    texts = toy_texts(np.random.default_rng(1), [4, 15, 40] * 5)
+    out, fused = tmp_path / "student.onnx", tmp_path / "student_fused.onnx"
+    shape = ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64)  # toy_classifier's
+    metrics = run(ExportParams(threads=1), student, contract, shape, tok, texts, out, fused)
+    assert read_onnx_contract(out) == contract and read_onnx_contract(fused) == contract
+    assert metrics["fused_Attention_nodes"] == shape.num_layers and metrics["max_abs_diff_b8"] <= 1e-4
+    assert metrics["windows"] > len(texts), "the 40-word texts are read through several windows"
+    assert metrics["size_mb"] == out.stat().st_size / 1e6
+    unfused = run(ExportParams(threads=1), student, contract, None, tok, texts, out, fused)  # as for a word-CNN
+    assert unfused["fused_Attention_nodes"] == 0 and fused.read_bytes() == out.read_bytes()

@@ -217,3 +217,27 @@ def test_the_sources_mix_as_the_shares_say_and_the_folder_round_trips(tmp_path: 
     (tmp_path / "st" / "targets.npz").write_bytes(b"not a zip")
     with pytest.raises(DataError, match="not a soft_targets folder"):
         load_soft_targets(tmp_path / "st")
+
+
+@pytest.mark.parametrize("stale", ["labels", "transfer"])
+def test_the_student_refuses_targets_stale_for_the_rows_in_use(tmp_path: Path, stale: str) -> None:
+    """distill reads the targets as they match its rows: a changed split or a transfer set cut otherwise is named,
+    with the stage to rerun, before any training."""
+    from conftest import toy_texts, toy_tokenizer
+
+    from minibert.contract import Contract, Windows
+    from pipeline.params import Params
+    from pipeline.stages.distill import Inputs, run
+
+    tok, _ = toy_tokenizer(tmp_path)
+    rng = np.random.default_rng(0)
+    train = pd.DataFrame({"text": toy_texts(rng, [6] * 5), "label": [0, 1, 0, 1, 1]})
+    transfer_texts = toy_texts(rng, [6] * 3)
+    rows = {"labels": 4 if stale == "labels" else 5, "transfer": 2 if stale == "transfer" else 3}
+    targets = SoftTargets(np.zeros((rows["labels"], 2), np.float32), train["label"].to_numpy()[: rows["labels"]],
+                          np.zeros((rows["transfer"], 2), np.float32), transfer_texts, {})
+    contract = Contract("classifier", None, Windows(128, 64, "mean"), ("no", "yes"))
+    inputs = Inputs(tok, train, train, targets, tmp_path / "soft_targets", tmp_path / "missing.safetensors", contract)
+    match = {"labels": "4 target rows do not match the 5 training rows", "transfer": "2 transfer-set targets for 3 rows"}
+    with pytest.raises(DataError, match=rf"soft_targets.*{match[stale]}.*dvc repro soft_targets"):
+        run(Params(), inputs, tracker=None)

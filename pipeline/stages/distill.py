@@ -17,25 +17,89 @@ targets' argmax), with the classifier loop's batching, schedule and best-on-vali
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tokenizers import Tokenizer
+from torch import nn
 
 from minibert.checkpoint import check_tokenizer, load_model, read_contract, save_model
+from minibert.contract import Contract
 from minibert.textcnn import save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import RecordingTracker
+from minibert.trainer import RecordingTracker, Tracker
 from pipeline.curves import write_curves
 from pipeline.distillation import distill_transformer, run_soup, with_transfer
 from pipeline.io import DataError
 from pipeline.params import Params, load_params
 from pipeline.scoring import validation
-from pipeline.soft_targets import TARGETS, TRANSFER_TEXTS, UNLABELLED, load_soft_targets
+from pipeline.soft_targets import TARGETS, TRANSFER_TEXTS, UNLABELLED, SoftTargets, load_soft_targets
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.task import encode_train, reading
 from pipeline.tracking import stage_run
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What distill reads, loaded: the tokenizer, the training and validation splits, the soft_targets stage's targets
+    (``folder``: its path, for messages), and the checkpoint the student starts from (``start``: the cnn stage's model
+    or the teacher) with its contract, whose windows and labels the student reads with."""
+
+    tok: Tokenizer
+    train: pd.DataFrame
+    val: pd.DataFrame
+    targets: SoftTargets
+    folder: Path
+    start: Path
+    contract: Contract
+
+
+@dataclass(frozen=True)
+class Outputs:
+    student: nn.Module
+    write: Callable[[Path], Path]  # the student's checkpoint with its config and contract, written to a path
+    metrics: dict[str, float]
+
+
+def run(params: Params, inputs: Inputs, tracker: Tracker, others_tracker: Tracker | None = None) -> Outputs:
+    """Train the ``distill.student_kind`` student on the soft targets of the training rows and the transfer set
+    (selected on validation; curves to ``tracker``, a soup's other members to ``others_tracker``). DataError when the
+    targets do not match the rows in use (stale after a data or task change)."""
+    cfg, tok, contract = params.distill, inputs.tok, inputs.contract
+    task = reading(params.task, contract.windows)  # the student reads texts as the model it starts from
+    targets, where = inputs.targets, inputs.folder / TARGETS
+    sequences, labels = encode_train(tok, inputs.train, task)
+    if not np.array_equal(targets.labels, labels):
+        raise DataError(f"{where}: {len(targets.labels)} target rows do not match the {len(labels)} training rows in "
+                        "use (stale after a data or task change); rerun `dvc repro soft_targets`")
+    transfer, _ = encode_train(tok, pd.DataFrame({"text": targets.transfer_texts, "label": UNLABELLED}), task)
+    if len(transfer) != len(targets.transfer):
+        raise DataError(f"{where}: {len(targets.transfer)} transfer-set targets for {len(transfer)} rows cut as the "
+                        "student reads them; rerun `dvc repro soft_targets`")
+    rows, all_targets = with_transfer((sequences, labels), targets.train, transfer, targets.transfer)
+    val = validation(tok, inputs.val, task)
+    reads, digest = (contract.windows, contract.labels), vocabulary_digest(tok)
+    if cfg.student_kind == "word_cnn":
+        student, cnn_cfg, metrics = run_soup(cfg, params.train, inputs.start, rows, all_targets, val, tracker,
+                                             bag_lr=params.cnn.bag_lr_scale, others_tracker=others_tracker)
+
+        def write(path: Path) -> Path:
+            return save_textcnn(student, cnn_cfg, path, digest, reads=reads)
+    else:
+        teacher, _, head_cfg = load_model(inputs.start)
+        student_cfg = params.student_config(tok.get_vocab_size())
+        student, metrics = distill_transformer(cfg, params.train, teacher, head_cfg, student_cfg, rows, all_targets, val,
+                                               tracker)
+
+        def write(path: Path) -> Path:
+            return save_model(student, student_cfg, path, head_cfg, digest, reads=reads)
+    metrics["soft_target_train_accuracy"] = float((targets.train.argmax(axis=1) == labels).mean())
+    metrics["transfer_rows"] = len(transfer)
+    return Outputs(student, write, metrics)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,46 +118,22 @@ def main(argv: list[str] | None = None) -> None:
                         help="training curves (DVC plot); the PNG goes beside it")
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.distill
-    start = args.cnn_model if cfg.student_kind == "word_cnn" else args.teacher
-    contract = read_contract(start)  # the student reads texts as the model it starts from
-    task = reading(params.task, contract.windows)
+    start = args.cnn_model if params.distill.student_kind == "word_cnn" else args.teacher
     train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
-    inputs = [train_path, val_path, args.soft_targets / TARGETS, args.tokenizer, start]
-    with stage_run("distill", params, inputs) as tracker:
+    with stage_run("distill", params, [train_path, val_path, args.soft_targets / TARGETS, args.tokenizer, start]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(start, tok, args.tokenizer)
         train_df, val_df = load_split(args.data, "train"), load_split(args.data, "val")
-        tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        sequences, labels = encode_train(tok, train_df, task)
         targets = load_soft_targets(args.soft_targets)
-        if not np.array_equal(targets.labels, labels):
-            raise DataError(f"{args.soft_targets / TARGETS}: {len(targets.labels)} target rows do not match the "
-                            f"{len(labels)} training rows in use (stale after a data or task change); rerun `dvc repro soft_targets`")
-        transfer_df = pd.DataFrame({"text": targets.transfer_texts, "label": UNLABELLED})
-        tracker.log_dataset(transfer_df[["text"]], "transfer_set", args.soft_targets / TRANSFER_TEXTS, context="training",
-                            targets=None)
-        transfer, _ = encode_train(tok, transfer_df, task)
-        if len(transfer) != len(targets.transfer):
-            raise DataError(f"{args.soft_targets / TARGETS}: {len(targets.transfer)} transfer-set targets for {len(transfer)} "
-                            "rows cut as the student reads them; rerun `dvc repro soft_targets`")
-        rows, all_targets = with_transfer((sequences, labels), targets.train, transfer, targets.transfer)
+        tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
+        tracker.log_dataset(pd.DataFrame({"text": targets.transfer_texts}), "transfer_set", args.soft_targets / TRANSFER_TEXTS,
+                            context="training", targets=None)
         recorder = RecordingTracker(tracker)
-        val = validation(tok, val_df, task)
-        if cfg.student_kind == "word_cnn":
-            student, cnn_cfg, metrics = run_soup(cfg, params.train, args.cnn_model, rows, all_targets, val, recorder,
-                                                 bag_lr=params.cnn.bag_lr_scale, others_tracker=tracker)
-            save_textcnn(student, cnn_cfg, args.out, vocabulary_digest(tok), reads=(contract.windows, contract.labels))
-        else:
-            teacher, _, head_cfg = load_model(args.teacher)
-            student_cfg = params.student_config(tok.get_vocab_size())
-            student, metrics = distill_transformer(cfg, params.train, teacher, head_cfg, student_cfg, rows, all_targets, val, recorder)
-            save_model(student, student_cfg, args.out, head_cfg, vocabulary_digest(tok),
-                       reads=(contract.windows, contract.labels))
-        metrics["soft_target_train_accuracy"] = float((targets.train.argmax(axis=1) == labels).mean())
-        metrics["transfer_rows"] = len(transfer)
+        outputs = run(params, Inputs(tok, train_df, val_df, targets, args.soft_targets, start, read_contract(start)),
+                      recorder, others_tracker=tracker)
+        outputs.write(args.out)
         curves = write_curves(recorder.history, args.curves, "distill", "distillation into the student")
-        finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
+        finish_stage(tracker, outputs.metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 
 
 if __name__ == "__main__":

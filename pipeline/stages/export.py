@@ -22,12 +22,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from torch import nn
 
 from minibert.batching import pad_batch, sorted_batches
 from minibert.checkpoint import check_tokenizer, read_contract, read_metadata
 from minibert.classifiers import load_classifier
-from minibert.contract import stamp_onnx
+from minibert.config import ModelConfig
+from minibert.contract import Contract, stamp_onnx
 from minibert.engines import load_session
 from minibert.export import export_onnx, parity
 from minibert.model import SequenceClassifier
@@ -92,6 +94,42 @@ def verified_exports(exports: Sequence[Export]) -> dict[str, float]:
     return metrics
 
 
+def run(cfg: ExportParams, student: nn.Module, contract: Contract, model_cfg: ModelConfig | None, tok: Tokenizer,
+        test_texts: list[str], out: Path, fused_out: Path) -> dict[str, float]:
+    """Write the portable graph to ``out`` and the fused one to ``fused_out``, both stamped with ``contract``, once both
+    match ``student`` on the test texts' windows (``verified_exports``); the metrics. ``model_cfg``: a transformer
+    student's shape (its attention is fused), None for a word-CNN (its fused graph is the portable one)."""
+    windows = contract.windows
+    cut, _ = document_windows(encode_documents(tok, test_texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
+                              tok.token_to_id(SEP))
+    sequences = parity_sample(cut, PARITY_ROWS)
+    metrics: dict[str, float] = {"opset": OPSET, "windows": len(cut), "parity_windows": len(sequences)}
+
+    def write_portable(path: Path) -> None:
+        export_onnx(student, path, opset=OPSET)
+        stamp_onnx(path, contract)
+
+    def write_fused(path: Path) -> None:
+        if model_cfg is None:  # a word-CNN student: no attention to fuse
+            write_portable(path)
+            return
+        # rotary positions act inside attention, which the fused kernel cannot express
+        export_onnx(student, path, opset=OPSET, fused_attention=model_cfg.position != "rotary")
+        if cfg.ort_optimizer:
+            optimize_for_ort(path, path, model_cfg.num_heads, model_cfg.hidden_size)
+        stamp_onnx(path, contract)
+
+    metrics |= verified_exports([
+        (out, write_portable, lambda p: check_parity(student, p, sequences, cfg, "")),
+        (fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_")),
+    ])
+    counts = fused_operator_counts(fused_out)
+    metrics |= {f"fused_{op}_nodes": counts.get(op, 0) for op in ("Attention", "SkipLayerNormalization", "BiasGelu")}
+    metrics["size_mb"] = out.stat().st_size / 1e6
+    metrics["fused_size_mb"] = fused_out.stat().st_size / 1e6
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("data/prepared"))
@@ -102,42 +140,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/export.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg = params.export
-    contract = read_contract(args.student)  # the windows and labels the student was trained with
-    windows = contract.windows
     test_path = split_path(args.data, "test")
     with stage_run("export", params, [args.student, test_path, args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
         check_tokenizer(args.student, tok, args.tokenizer)
         student = load_classifier(args.student)
-        documents = encode_documents(tok, load_split(args.data, "test")["text"].tolist())
-        cut, _ = document_windows(documents, windows.max_length, windows.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
-        sequences = parity_sample(cut, PARITY_ROWS)
-        metrics: dict[str, float] = {"opset": OPSET, "windows": len(cut), "parity_windows": len(sequences)}
-
-        def write_portable(path: Path) -> None:
-            export_onnx(student, path, opset=OPSET)
-            stamp_onnx(path, contract)
-
-        def write_fused(path: Path) -> None:
-            if not isinstance(student, SequenceClassifier):  # a word-CNN student: no attention to fuse
-                write_portable(path)
-                return
-            model_cfg = read_metadata(args.student)[1]
-            # rotary positions act inside attention, which the fused kernel cannot express
-            export_onnx(student, path, opset=OPSET, fused_attention=model_cfg.position != "rotary")
-            if cfg.ort_optimizer:
-                optimize_for_ort(path, path, model_cfg.num_heads, model_cfg.hidden_size)
-            stamp_onnx(path, contract)
-
-        metrics |= verified_exports([
-            (args.out, write_portable, lambda p: check_parity(student, p, sequences, cfg, "")),
-            (args.fused_out, write_fused, lambda p: check_parity(student, p, sequences, cfg, "fused_")),
-        ])
-        counts = fused_operator_counts(args.fused_out)
-        metrics |= {f"fused_{op}_nodes": counts.get(op, 0) for op in ("Attention", "SkipLayerNormalization", "BiasGelu")}
-        metrics["size_mb"] = args.out.stat().st_size / 1e6
-        metrics["fused_size_mb"] = args.fused_out.stat().st_size / 1e6
+        model_cfg = read_metadata(args.student)[1] if isinstance(student, SequenceClassifier) else None
+        # the windows and labels the student was trained with
+        metrics = run(params.export, student, read_contract(args.student), model_cfg, tok,
+                      load_split(args.data, "test")["text"].tolist(), args.out, args.fused_out)
         finish_stage(tracker, metrics, args.metrics, {args.out: "onnx", args.fused_out: "onnx"})
 
 

@@ -20,22 +20,31 @@ validation split (``minibert.calibration``; ECE and NLL before and after in the 
 ``student_int8.pt``: torch dynamic quantization of the Linear layers (``torch.ao``).
 Reports sizes, and validation accuracy of each against its fp32 source, so a quantization that hurts shows up
 here before evaluate.
+
+``run`` builds, checks and picks in a working folder and returns the deployed graph there; ``main`` reads the files
+and params, and moves what ``run`` returns into place only once every check has passed.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-from dataclasses import replace
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch
+from tokenizers import Tokenizer
+from torch import nn
 
 from minibert.calibration import fit_temperature, nll
 from minibert.checkpoint import check_tokenizer, read_contract
 from minibert.classifiers import load_classifier
-from minibert.contract import stamp_onnx, stamp_parity
+from minibert.contract import Contract, Parity, Windows, stamp_onnx, stamp_parity
 from minibert.engines import PORTABLE_PATH, load_engine
 from minibert.quantize import (
     model_size_bytes,
@@ -45,13 +54,13 @@ from minibert.quantize import (
     quantize_onnx_static_int8,
     save_int8,
 )
-from minibert.runtime import probe_timing, smallest_of_fastest, softmax
+from minibert.runtime import Timing, probe_timing, smallest_of_fastest, softmax
 from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
 from minibert.windows import document_windows
 from pipeline.deployment import BATCH, compare, gate, keeps_answers, parity_record
 from pipeline.io import StageError
 from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
-from pipeline.params import Params, load_params
+from pipeline.params import Params, QuantizeParams, load_params
 from pipeline.scoring import text_logits, validation
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
@@ -65,13 +74,171 @@ from pipeline.tracking import stage_run
 # word-CNN's embeddings are most of its bytes: by row they cost it no answer, where ONNX Runtime's Gather
 # quantisation (one scale a table, activations too) cost it 0.3 points of SST-2 (benchmarks/JOURNAL.md).
 TIERS = ((("Conv", "MatMul"), True), (("Conv", "MatMul"), False))
+KINDS = ("static", "static_partial", "dynamic", "fp32")  # the candidate graphs, each a file in run's working folder
+
+Gated = tuple[dict[str, dict[str, float]], dict[str, str]]  # pipeline.deployment.gate: (passed paths, refused paths)
 
 
-def calibration_windows(tok, texts: list[str], windows) -> list[list[int]]:  # noqa: ANN001 - tokenizer, Windows
+@dataclass(frozen=True)
+class Inputs:
+    """What quantize reads, loaded: the torch fp32 student with its tokenizer and contract, the prepared splits
+    (``train`` for calibration, ``val`` for the tiers and the temperature, ``test``: the split of record the gate
+    reads), and export's portable and fused graphs."""
+
+    tok: Tokenizer
+    student: nn.Module
+    contract: Contract
+    train: pd.DataFrame
+    val: pd.DataFrame
+    test: pd.DataFrame
+    portable: Path
+    fused: Path
+
+
+@dataclass(frozen=True)
+class Outputs:
+    graph: Path  # the deployed graph in run's working folder, stamped with the contract, parity and temperature
+    int8: nn.Module  # torch dynamic int8 of the student (its Linear layers)
+    metrics: dict[str, Any]
+
+
+def calibration_windows(tok: Tokenizer, texts: list[str], windows: Windows) -> list[list[int]]:
     """The token-id windows of ``texts`` as the student reads them."""
     cut, _ = document_windows(encode_documents(tok, texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
                               tok.token_to_id(SEP))
     return cut
+
+
+def static_int8(portable: Path, out: Path, partial: Path, calibration: list[list[int]], pad_id: int,
+                cfg: QuantizeParams, contract: Contract, on_validation: Callable[[Path], dict[str, float]],
+                gated: Callable[[Path], Gated]) -> tuple[dict[str, Gated], dict[str, bool], dict[str, str]]:
+    """Static int8 of ``portable`` at ``out``: the first of ``TIERS`` whose graph keeps the student's answers on
+    validation (``on_validation``: its comparison with torch there) and passes the gate on every path (``gated``); a
+    smaller tier before it that passes on some paths only stays a candidate at ``partial``. Returns ({kind: the gate's
+    result}, {kind: its embedding tables int8 a row}, {tier: why it was passed over})."""
+    verified: dict[str, Gated] = {}
+    rows_int8: dict[str, bool] = {}
+    passed_over: dict[str, str] = {}
+    for op_types, rows in TIERS:
+        quantize_onnx_static_int8(portable, out, calibration, pad_id, per_channel=cfg.per_channel, op_types=op_types)
+        if rows and not quantize_onnx_embeddings_int8(out, out):
+            continue  # no table big enough (a small vocabulary): the next tier is this graph
+        stamp_onnx(out, contract)
+        on_val = on_validation(out)
+        tier, last = "+".join(op_types) + ("+embedding rows" if rows else ""), (op_types, rows) == TIERS[-1]
+        if not keeps_answers(on_val) and not last:
+            passed_over[tier] = f"validation: {on_val}"
+            continue
+        try:
+            verified["static"] = gated(out)
+        except StageError as err:
+            passed_over[tier] = str(err)
+            continue
+        rows_int8["static"] = rows
+        if not verified["static"][1] or last:  # passes on every path (or no larger tier is left)
+            break
+        if "static_partial" in verified:
+            passed_over[tier] = f"refused on {verified.pop('static')[1]}"
+            continue
+        # it passes on some paths only: the next tier is built, and the two are timed (``fastest_graph``)
+        out.replace(partial)
+        verified["static_partial"], rows_int8["static_partial"] = verified.pop("static"), rows_int8.pop("static")
+    return verified, rows_int8, passed_over
+
+
+def fastest_graph(graphs: dict[str, Path], verified: dict[str, Gated], probe: Parity, max_length: int, pad_id: int,
+                  threads: int) -> tuple[str, dict[str, Timing]]:
+    """The kind to deploy: each graph timed on the probe windows on each path it passed, as it serves (static shapes),
+    and the fastest, or a smaller one the timing cannot tell from it (``minibert.runtime.smallest_of_fastest``; a
+    partial static tier among them ships where it runs as fast on the paths it passed, and a serving host picks among
+    those or checks at load). Returns (that kind, each kind's best timing)."""
+    timings = {(kind, path): probe_timing(load_engine(graphs[kind], path, threads=threads)
+                                          .with_static_shapes(max_length, pad_id), probe, BATCH, pad_id)
+               for kind, (passed, _) in verified.items() for path in passed}
+    best = {k: min((t for (graph, _), t in timings.items() if graph == k), key=lambda t: t.cost) for k in verified}
+    return smallest_of_fastest(best, {k: graphs[k].stat().st_size for k in best}), best
+
+
+def run(cfg: QuantizeParams, inputs: Inputs, workdir: Path, threads: int, seed: int) -> Outputs:
+    """Build the int8 candidates in ``workdir``, gate each against the torch fp32 student on the test split on every
+    path this host has, and return the fastest that passed (the portable fp32 graph where none did), stamped; the
+    torch int8 student; and the metrics. StageError, with the numbers, when even the fp32 graph fails the gate."""
+    tok, contract, student = inputs.tok, inputs.contract, inputs.student.eval()
+    pad_id = tok.token_to_id(PAD)
+    graphs = {kind: workdir / f"{kind}.onnx" for kind in KINDS}
+    int8 = quantize_dynamic_int8(student)
+    sample = inputs.train["text"].sample(n=min(cfg.calibration_texts, len(inputs.train)), random_state=seed).tolist()
+    val_logits, val_labels, _ = validation(tok, inputs.val, contract.windows)
+
+    def engine_logits(graph: Path) -> np.ndarray:
+        engine = load_engine(graph, PORTABLE_PATH, threads=threads)
+        return val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
+
+    student_val = val_logits(student)
+    texts, labels = inputs.test["text"].tolist(), inputs.test["label"].to_numpy()
+    with torch.inference_mode():
+        reference = text_logits(student, tok, contract.windows, batch_size=32)(texts)
+    probe = parity_record(student, tok, texts, contract.windows, {})
+
+    def gated(graph: Path) -> Gated:
+        return gate(graph, tok, texts, labels, reference, threads)
+
+    # static int8 of the portable graph: the smallest tier that keeps the student's answers on validation and passes
+    # the gate on every path; a smaller one that passes on some paths only stays a candidate beside it
+    verified, rows_int8, passed_over = static_int8(
+        inputs.portable, graphs["static"], graphs["static_partial"], calibration_windows(tok, sample, contract.windows),
+        pad_id, cfg, contract, lambda graph: compare(engine_logits(graph), student_val, val_labels), gated)
+    # dynamic int8 of the fused graph: ONNX Runtime's fused int8 attention (QAttention), which OpenVINO cannot read
+    quantize_onnx_int8(inputs.fused, graphs["dynamic"], per_channel=cfg.per_channel)
+    stamp_onnx(graphs["dynamic"], contract)
+    try:
+        verified["dynamic"] = gated(graphs["dynamic"])
+    except StageError as err:
+        passed_over["dynamic"] = str(err)
+    if not verified:  # no int8 graph keeps the answers (a model near ties on a small test split): fp32 is deployed
+        shutil.copyfile(inputs.portable, graphs["fp32"])
+        verified["fp32"] = gated(graphs["fp32"])
+    kind, best = fastest_graph(graphs, verified, probe, contract.windows.max_length, pad_id, threads)
+    chosen, (paths_passed, refused) = graphs[kind], verified[kind]
+    logits = {"fp32": student_val, "int8": val_logits(int8), "onnx_fp32": engine_logits(inputs.portable),
+              "onnx_int8": engine_logits(chosen)}
+    on_val = compare(logits["onnx_int8"], student_val, val_labels)  # the deployed graph against torch on validation
+    # the deployed graph's probabilities calibrated on validation
+    temperature = fit_temperature(logits["onnx_int8"], val_labels)
+    stamp_onnx(chosen, replace(contract, temperature=temperature))
+    stamp_parity(chosen, replace(probe, verified=paths_passed, refused=refused))
+    accuracy = {name: classification_metrics(val_labels, scores)["accuracy"] for name, scores in logits.items()}
+    calibrated = {when: reliability(val_labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
+                  for when, t in (("before", 1.0), ("after", temperature))}
+    metrics = {
+        "temperature": temperature,
+        "val_ece_before_temperature": calibrated["before"], "val_ece": calibrated["after"],
+        "val_nll_before_temperature": nll(logits["onnx_int8"], val_labels),
+        "val_nll": nll(logits["onnx_int8"], val_labels, temperature),
+        "fp32_mb": model_size_bytes(student) / 1e6,
+        "int8_mb": model_size_bytes(int8) / 1e6,
+        "onnx_fp32_mb": inputs.portable.stat().st_size / 1e6,
+        "onnx_int8_mb": chosen.stat().st_size / 1e6,
+        **{f"val_accuracy_{name}": value for name, value in accuracy.items()},
+        "val_accuracy_delta": accuracy["int8"] - accuracy["fp32"],
+        "val_accuracy_delta_onnx": accuracy["onnx_int8"] - accuracy["onnx_fp32"],
+        "calibration_texts": len(sample),
+        "deployed_static": float(kind.startswith("static")),  # static int8 of the portable graph
+        "deployed_dynamic": float(kind == "dynamic"),  # ORT's dynamic int8 of the fused graph
+        "deployed_fp32": float(kind == "fp32"),  # no int8 graph passed the gate: the portable fp32 graph
+        # each graph on its fastest verified path here: its probe windows in batches, and one window a call
+        **{f"probe_ms_{k}": 1000 * t.batch_s for k, t in best.items()},
+        **{f"probe_single_ms_{k}": 1000 * t.single_s for k, t in best.items()},
+        "deployed_partial": float(kind == "static_partial"),  # a smaller static tier, passed on part of the paths
+        "int8_embeddings": float(rows_int8.get(kind, False)),  # the deployed graph's embedding tables in int8 a row
+        "int8_passed_over": passed_over,  # the int8 graphs refused (static tiers, dynamic), and why
+        **{f"val_int8_{key}": value for key, value in on_val.items()},  # the deployed graph's, against torch
+        "paths_verified": float(len(paths_passed)),
+        "refused_paths": refused,  # path -> why (its numbers, or why it does not load)
+        **{f"test_{path.replace('/', '_')}_{key}": value for path, result in paths_passed.items()
+           for key, value in result.items()},
+    }
+    return Outputs(chosen, int8, metrics)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,128 +253,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/quantize.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    cfg, threads = params.quantize, params.export.threads
     paths = {split: split_path(args.data, split) for split in ("train", "val", "test")}
     with stage_run("quantize", params, [args.student, args.portable, args.fused, *paths.values(), args.tokenizer]) as tracker:
         tok = load_tokenizer(args.tokenizer)
-        pad_id = tok.token_to_id(PAD)
         check_tokenizer(args.student, tok, args.tokenizer)
-        student = load_classifier(args.student).eval()
-        contract = read_contract(args.student)
-        int8 = quantize_dynamic_int8(student)
-        train = load_split(args.data, "train")["text"]
-        sample = train.sample(n=min(cfg.calibration_texts, len(train)), random_state=params.train.seed).tolist()
-        candidates = {kind: args.onnx_out.with_name(f".candidate.{kind}.{args.onnx_out.name}")
-                      for kind in ("static", "static_partial", "dynamic", "fp32")}
-        val_logits, val_labels, _ = validation(tok, load_split(args.data, "val"), contract.windows)
-
-        def engine_logits(graph: Path) -> np.ndarray:
-            engine = load_engine(graph, PORTABLE_PATH, threads=threads)
-            return val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
-
-        try:
-            student_val = val_logits(student)
-            test = load_split(args.data, "test")
-            texts, labels = test["text"].tolist(), test["label"].to_numpy()
-            with torch.inference_mode():
-                reference = text_logits(student, tok, contract.windows, batch_size=32)(texts)
-            probe = parity_record(student, tok, texts, contract.windows, {})
-            # static int8 of the portable graph: the smallest tier that keeps the student's answers on validation and
-            # passes the gate on every path; a smaller one that passes on some paths only stays a candidate beside it
-            calibration = calibration_windows(tok, sample, contract.windows)
-            static = candidates["static"]
-            passed_over: dict[str, str] = {}
-            verified: dict[str, tuple[dict, dict]] = {}
-            tiers: dict[str, tuple[bool, dict[str, float]]] = {}  # static kind -> (embedding rows int8, on validation)
-            for op_types, rows in TIERS:
-                quantize_onnx_static_int8(args.portable, static, calibration, pad_id,
-                                          per_channel=cfg.per_channel, op_types=op_types)
-                if rows and not quantize_onnx_embeddings_int8(static, static):
-                    continue  # no table big enough (a small vocabulary): the next tier is this graph
-                stamp_onnx(static, contract)
-                on_val = compare(engine_logits(static), student_val, val_labels)
-                tier, last = "+".join(op_types) + ("+embedding rows" if rows else ""), (op_types, rows) == TIERS[-1]
-                if not keeps_answers(on_val) and not last:
-                    passed_over[tier] = f"validation: {on_val}"
-                    continue
-                try:
-                    verified["static"] = gate(static, tok, texts, labels, reference, threads)
-                except StageError as err:
-                    passed_over[tier] = str(err)
-                    continue
-                tiers["static"] = (rows, on_val)
-                if not verified["static"][1] or last:  # passes on every path (or no larger tier is left)
-                    break
-                if "static_partial" in verified:
-                    passed_over[tier] = f"refused on {verified.pop('static')[1]}"
-                    continue
-                # it passes on some paths only: the next tier is built, and the two are timed (below)
-                static.replace(candidates["static_partial"])
-                verified["static_partial"], tiers["static_partial"] = verified.pop("static"), tiers.pop("static")
-            # dynamic int8 of the fused graph: ONNX Runtime's fused int8 attention (QAttention), which OpenVINO cannot read
-            quantize_onnx_int8(args.fused, candidates["dynamic"], per_channel=cfg.per_channel)
-            stamp_onnx(candidates["dynamic"], contract)
-            try:
-                verified["dynamic"] = gate(candidates["dynamic"], tok, texts, labels, reference, threads)
-            except StageError as err:
-                passed_over["dynamic"] = str(err)
-            if not verified:  # no int8 graph keeps the answers (a model near ties on a small test split): fp32 is deployed
-                shutil.copyfile(args.portable, candidates["fp32"])
-                verified["fp32"] = gate(candidates["fp32"], tok, texts, labels, reference, threads)
-            # the faster graph here: each on each path it passed, as it serves, timed on the probe windows
-            timings = {(kind, path): probe_timing(load_engine(candidates[kind], path, threads=threads)
-                                                  .with_static_shapes(contract.windows.max_length, pad_id),
-                                                  probe, BATCH, pad_id)
-                       for kind, (passed, _) in verified.items() for path in passed}
-            best = {k: min((t for (graph, _), t in timings.items() if graph == k), key=lambda t: t.cost) for k in verified}
-            # the fastest graph, or a smaller one the timing cannot tell from it (a partial static tier among them: it
-            # ships where it runs as fast on the paths it passed; a serving host picks among those, or checks at load)
-            kind = smallest_of_fastest(best, {k: candidates[k].stat().st_size for k in best})
-            chosen, (paths_passed, refused) = candidates[kind], verified[kind]
-            rows, on_val = tiers.get(kind, (False, on_val))
-            logits = {"fp32": student_val, "int8": val_logits(int8), "onnx_fp32": engine_logits(args.portable),
-                      "onnx_int8": engine_logits(chosen)}
-            # the deployed graph's probabilities calibrated on validation
-            temperature = fit_temperature(logits["onnx_int8"], val_labels)
-            stamp_onnx(chosen, replace(contract, temperature=temperature))
-            stamp_parity(chosen, replace(probe, verified=paths_passed, refused=refused))
-            save_int8(int8, args.out)
-            chosen.replace(args.onnx_out)
-        finally:
-            for candidate in candidates.values():
-                candidate.unlink(missing_ok=True)
-        accuracy = {name: classification_metrics(val_labels, scores)["accuracy"] for name, scores in logits.items()}
-        calibrated = {when: reliability(val_labels, softmax(logits["onnx_int8"] / t), CALIBRATION_BINS)[1]
-                      for when, t in (("before", 1.0), ("after", temperature))}
-        metrics = {
-            "temperature": temperature,
-            "val_ece_before_temperature": calibrated["before"], "val_ece": calibrated["after"],
-            "val_nll_before_temperature": nll(logits["onnx_int8"], val_labels),
-            "val_nll": nll(logits["onnx_int8"], val_labels, temperature),
-            "fp32_mb": model_size_bytes(student) / 1e6,
-            "int8_mb": model_size_bytes(int8) / 1e6,
-            "onnx_fp32_mb": args.portable.stat().st_size / 1e6,
-            "onnx_int8_mb": args.onnx_out.stat().st_size / 1e6,
-            **{f"val_accuracy_{name}": value for name, value in accuracy.items()},
-            "val_accuracy_delta": accuracy["int8"] - accuracy["fp32"],
-            "val_accuracy_delta_onnx": accuracy["onnx_int8"] - accuracy["onnx_fp32"],
-            "calibration_texts": len(sample),
-            "deployed_static": float(kind.startswith("static")),  # static int8 of the portable graph
-            "deployed_dynamic": float(kind == "dynamic"),  # ORT's dynamic int8 of the fused graph
-            "deployed_fp32": float(kind == "fp32"),  # no int8 graph passed the gate: the portable fp32 graph
-            # each graph on its fastest verified path here: its probe windows in batches, and one window a call
-            **{f"probe_ms_{k}": 1000 * t.batch_s for k, t in best.items()},
-            **{f"probe_single_ms_{k}": 1000 * t.single_s for k, t in best.items()},
-            "deployed_partial": float(kind == "static_partial"),  # a smaller static tier, passed on part of the paths
-            "int8_embeddings": float(kind.startswith("static") and rows),  # the deployed graph's embedding tables in int8 a row
-            "int8_passed_over": passed_over,  # the int8 graphs refused (static tiers, dynamic), and why
-            **{f"val_int8_{key}": value for key, value in on_val.items()},  # the deployed tier's, against torch
-            "paths_verified": float(len(paths_passed)),
-            "refused_paths": refused,  # path -> why (its numbers, or why it does not load)
-            **{f"test_{path.replace('/', '_')}_{key}": value for path, result in paths_passed.items()
-               for key, value in result.items()},
-        }
-        finish_stage(tracker, metrics, args.metrics, {args.onnx_out: "onnx"})
+        inputs = Inputs(tok, load_classifier(args.student), read_contract(args.student),
+                        *(load_split(args.data, split) for split in ("train", "val", "test")), args.portable, args.fused)
+        args.onnx_out.parent.mkdir(parents=True, exist_ok=True)
+        # the candidates beside the output (one file system, so the deployed one moves into place whole)
+        with tempfile.TemporaryDirectory(prefix=".quantize.", dir=args.onnx_out.parent) as workdir:
+            outputs = run(params.quantize, inputs, Path(workdir), params.export.threads, params.train.seed)
+            save_int8(outputs.int8, args.out)
+            outputs.graph.replace(args.onnx_out)
+        finish_stage(tracker, outputs.metrics, args.metrics, {args.onnx_out: "onnx"})
 
 
 if __name__ == "__main__":
