@@ -102,3 +102,42 @@ def test_pgd_perturbation_stays_in_the_epsilon_ball() -> None:
 def test_adversary_registry() -> None:
     assert ADVERSARIES["none"](1.0, 0.3, 3) is None
     assert isinstance(ADVERSARIES["fgm"](1.0, 0.3, 3), FGM) and isinstance(ADVERSARIES["pgd"](1.0, 0.3, 3), PGD)
+
+
+def test_the_finetune_stage_is_seeded_and_trains_a_head_of_the_tasks_classes(tmp_path) -> None:
+    """``pipeline.stages.finetune.run`` from the same encoder and seed gives the same teacher (its head's initialisation
+    is drawn after the seed, whatever loading the encoder drew); another seed another one."""
+    import copy
+    import dataclasses
+
+    import numpy as np
+    import pandas as pd
+    from conftest import toy_texts, toy_tokenizer
+
+    from minibert import build_mlm
+    from minibert.trainer import RecordingTracker
+    from pipeline.params import Params
+    from pipeline.stages.finetune import run
+
+    tok, _ = toy_tokenizer(tmp_path)
+    shape = ModelConfig.preset("tiny", vocab_size=tok.get_vocab_size(), max_positions=64)
+    torch.manual_seed(3)
+    encoder = build_mlm(shape).backbone
+    rng = np.random.default_rng(0)
+    train = pd.DataFrame({"text": toy_texts(rng, [8] * 48), "label": rng.integers(0, 3, 48)})
+    val = pd.DataFrame({"text": toy_texts(rng, [8] * 12), "label": rng.integers(0, 3, 12)})
+    base = Params()
+    params = dataclasses.replace(
+        base, train=dataclasses.replace(base.train, precision="fp32", eval_every=3),
+        finetune=dataclasses.replace(base.finetune, batch_size=8, time_budget_min=None))
+
+    def teacher(seed: int, drawn: int):
+        seeded = dataclasses.replace(params, train=dataclasses.replace(params.train, seed=seed))
+        torch.manual_seed(drawn)  # whatever the caller's generator holds: the stage seeds itself
+        return run(seeded, tok, copy.deepcopy(encoder), shape, 3, train, val, [], RecordingTracker())
+
+    (first, metrics), (again, _), (other, _) = teacher(0, drawn=1), teacher(0, drawn=2), teacher(1, drawn=1)
+    assert first.head.classifier.out_features == 3 and metrics["processes"] == 1
+    for (name, a), b in zip(first.state_dict().items(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert not torch.equal(first.head.classifier.weight, other.head.classifier.weight)

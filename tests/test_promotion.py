@@ -250,3 +250,18 @@ def test_mlflow_models_serve_answers_http_with_the_champions_predictions(registr
     local = tracking.served_predict(f"models:/{NAME}@champion")(pd.DataFrame({"text": texts}),
                                                                   params={"min_confidence": threshold})
     assert [p["label"] for p in cautious] == local["label"].tolist() and "abstain" in local["label"].tolist()
+
+
+def test_register_refuses_a_deployed_model_below_its_floor_or_missing(tmp_path: Path) -> None:
+    from pipeline.io import DataError
+    from pipeline.model_card import DEPLOYED
+    from pipeline.params import RegisterParams
+    from pipeline.stages.register import run
+
+    where = tmp_path / "evaluate.json"
+    evaluation = {DEPLOYED: {"accuracy": 0.8512}, "teacher": {"accuracy": 0.9}}
+    assert run(RegisterParams(min_accuracy=0.85), evaluation, where) == {"accuracy": 0.8512}
+    with pytest.raises(DataError, match=r"test accuracy 0\.8512 is below register\.min_accuracy=0\.86; not registering"):
+        run(RegisterParams(min_accuracy=0.86), evaluation, where)
+    with pytest.raises(DataError, match=rf"evaluate\.json: no '{DEPLOYED}' entry; rerun `dvc repro evaluate`"):
+        run(RegisterParams(), {"teacher": {"accuracy": 0.9}}, where)

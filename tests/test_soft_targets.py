@@ -226,6 +226,7 @@ def test_the_student_refuses_targets_stale_for_the_rows_in_use(tmp_path: Path, s
     from conftest import toy_texts, toy_tokenizer
 
     from minibert.contract import Contract, Windows
+    from minibert.trainer import NullTracker
     from pipeline.params import Params
     from pipeline.stages.distill import Inputs, run
 
@@ -240,4 +241,44 @@ def test_the_student_refuses_targets_stale_for_the_rows_in_use(tmp_path: Path, s
     inputs = Inputs(tok, train, train, targets, tmp_path / "soft_targets", tmp_path / "missing.safetensors", contract)
     match = {"labels": "4 target rows do not match the 5 training rows", "transfer": "2 transfer-set targets for 3 rows"}
     with pytest.raises(DataError, match=rf"soft_targets.*{match[stale]}.*dvc repro soft_targets"):
-        run(Params(), inputs, tracker=None)
+        run(Params(), inputs, NullTracker())
+
+
+def test_the_sources_score_the_rows_they_are_handed_with_the_model_they_return(tmp_path: Path) -> None:
+    """teacher_logits and cnn hand soft_targets one logit row a training row and a transfer row, from the model the
+    stage returns (the cnn trained on the intermediate task's rows too, which it does not score)."""
+    import dataclasses
+
+    import torch
+    from conftest import toy_classifier, toy_texts, toy_tokenizer
+
+    from minibert.inference import predict_logits
+    from minibert.trainer import NullTracker
+    from pipeline.params import Params
+    from pipeline.stages import cnn, teacher_logits
+
+    tok, _ = toy_tokenizer(tmp_path)
+    rng = np.random.default_rng(2)
+
+    def rows(count: int) -> list[list[int]]:
+        return [tok.encode(text).ids[:30] for text in toy_texts(rng, [5, 9, 14] * (count // 3))]
+
+    train, transfer, extra = rows(24), rows(9), rows(12)
+    labels = rng.integers(0, 2, len(train))
+    teacher = toy_classifier(tok)
+    logits, transfer_logits, metrics = teacher_logits.run("fp32", teacher, (train, labels), transfer)
+    np.testing.assert_allclose(logits, predict_logits(teacher, train, batch_size=8), atol=1e-5)
+    assert transfer_logits.shape == (9, 2) and metrics["rows"] == 24 and metrics["transfer_rows"] == 9
+    assert metrics["teacher_train_accuracy"] == float((logits.argmax(1) == labels).mean())
+
+    base = Params()
+    params = dataclasses.replace(base, train=dataclasses.replace(base.train, precision="fp32", eval_every=2),
+                                 cnn=dataclasses.replace(base.cnn, filters=4, batch_size=8, time_budget_min=None, epochs=1.0))
+    val = pd.DataFrame({"text": toy_texts(rng, [7] * 6), "label": [0, 1] * 3})
+    torch.manual_seed(0)
+    vectors = torch.randn(tok.get_vocab_size(), 16)
+    both = (train + extra, np.concatenate([labels, rng.integers(0, 2, len(extra))]))
+    out = cnn.run(params, cnn.Inputs(tok, vectors, both, (train, labels), transfer, val, 2), NullTracker())
+    np.testing.assert_allclose(out.logits, predict_logits(out.model, train, batch_size=8), atol=1e-5)
+    np.testing.assert_allclose(out.transfer_logits, predict_logits(out.model, transfer, batch_size=8), atol=1e-5)
+    assert out.metrics["rows"] == 24 and out.metrics["extra_rows"] == 12 and out.metrics["skipped"] is False

@@ -10,10 +10,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
+from sklearn.pipeline import Pipeline
+
 from pipeline.io import atomic_path
 from pipeline.params import Params, load_params
 from pipeline.splits import load_split, split_path
 from pipeline.tfidf import fit_baseline
+
+
+def run(params: Params, train: pd.DataFrame, val: pd.DataFrame) -> tuple[Pipeline, dict[str, float]]:
+    """TF-IDF + logistic regression fitted on ``train`` (``baseline`` section, ``train.class_weights``), with its
+    validation metrics."""
+    return fit_baseline(params.baseline, train, val, params.train.class_weights)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("baseline", params, [train_path, val_path]) as tracker:
         train, val = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train, train_path.stem, train_path, context="training")
-        model, metrics = fit_baseline(params.baseline, train, val, params.train.class_weights)
+        model, metrics = run(params, train, val)
         with atomic_path(args.out) as tmp:
             skops.io.dump(model, tmp)
         finish_stage(tracker, metrics, args.metrics)

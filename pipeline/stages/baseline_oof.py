@@ -18,6 +18,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from pipeline.io import read_table
 from pipeline.params import Params, load_params
@@ -26,6 +27,14 @@ from pipeline.splits import load_split, prepared, split_path
 from pipeline.stages.common import finish_stage
 from pipeline.tfidf import FOLDS, fold_jobs, out_of_fold_logits
 from pipeline.tracking import stage_run
+
+
+def run(params: Params, train: pd.DataFrame, extra: pd.DataFrame | None,
+        transfer: list[str]) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """TF-IDF's out-of-fold logits on the training rows (``extra``: the intermediate task's rows, in every fold's
+    training part) and the full model's on the ``transfer`` texts, at ``soft_targets.shares.tfidf`` (0: no columns)."""
+    return out_of_fold_logits(params.baseline, params.train.seed, params.soft_targets.shares.tfidf, train, extra,
+                              fold_jobs(FOLDS + bool(transfer)), transfer, params.train.class_weights)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,7 +46,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", type=Path, default=Path("metrics/baseline_oof.json"))
     args = parser.parse_args(argv)
     params: Params = load_params()
-    share = params.soft_targets.shares.tfidf
     intermediate = prepared(args.data).intermediate is not None
     paths = [split_path(args.data, "train"), args.transfer]
     if intermediate:
@@ -46,9 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         train = load_split(args.data, "train")
         extra = load_split(args.data, "train", intermediate=True) if intermediate else None
         transfer = read_table(args.transfer, ["text"])["text"].tolist()
-        logits, transfer_logits, metrics = out_of_fold_logits(params.baseline, params.train.seed, share, train, extra,
-                                                              fold_jobs(FOLDS + bool(transfer)), transfer,
-                                                              params.train.class_weights)
+        logits, transfer_logits, metrics = run(params, train, extra, transfer)
         save_logits(args.out, logits, train["label"].to_numpy())
         save_logits(args.transfer_out, transfer_logits, np.full(len(transfer), UNLABELLED))
         finish_stage(tracker, metrics, args.metrics)

@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import torch
+from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model
-from minibert.textcnn import save_textcnn
+from minibert.textcnn import TextCNN, TextCNNConfig, save_textcnn
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
+from minibert.trainer import Tracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.scoring import chunked_logits, validation
@@ -34,6 +39,46 @@ from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train, reads
 from pipeline.transfer_texts import load_transfer_split
 from pipeline.word_cnn import train_word_cnn, with_extra
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the cnn stage trains and scores, read and cut (``Params.cnn_task``): the pretrained encoder's word vectors
+    (V, D), the rows it trains on (the task's training rows, then the intermediate task's), the training rows and
+    the transfer set's rows it scores for ``soft_targets``, the validation split, and the task's class count."""
+
+    tok: Tokenizer
+    vectors: torch.Tensor
+    rows: tuple[list[list[int]], np.ndarray]
+    train: tuple[list[list[int]], np.ndarray]
+    transfer: list[list[int]]
+    val: pd.DataFrame
+    num_labels: int
+
+
+@dataclass(frozen=True)
+class Outputs:
+    model: TextCNN
+    model_cfg: TextCNNConfig
+    logits: np.ndarray  # (N, K) on the training rows
+    transfer_logits: np.ndarray  # (M, K) on the transfer set's rows
+    metrics: dict[str, float]
+
+
+def run(params: Params, inputs: Inputs, tracker: Tracker) -> Outputs:
+    """Train the word-level CNN (the best of its validation passes; curves to ``tracker``), then score the training and
+    transfer rows with it."""
+    task = params.cnn_task()
+    model, model_cfg, metrics = train_word_cnn(params.cnn, params.train, inputs.vectors, inputs.rows,
+                                               validation(inputs.tok, inputs.val, task), tracker, inputs.num_labels)
+    start = time.perf_counter()
+    (sequences, labels), transfer = inputs.train, inputs.transfer
+    logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)
+    transfer_logits = chunked_logits(model, transfer, "cnn logits, transfer set", model_cfg.num_labels, batch_size=256)
+    metrics.update({"rows": len(labels), "extra_rows": len(inputs.rows[1]) - len(labels), "transfer_rows": len(transfer),
+                    "score_seconds": time.perf_counter() - start, "skipped": False,
+                    "train_accuracy": classification_metrics(labels, logits)["accuracy"]})
+    return Outputs(model, model_cfg, logits, transfer_logits, metrics)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -50,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.tracking import stage_run
 
     params: Params = load_params()
-    cfg, task = params.cnn, params.cnn_task()  # cnn.max_length / stride: its own windows
+    task = params.cnn_task()  # cnn.max_length / stride: its own windows
     data = prepared(args.data)
     train_path, val_path = split_path(args.data, "train"), split_path(args.data, "val")
     inputs = [train_path, val_path, args.transfer, args.tokenizer, args.pretrained]
@@ -59,11 +104,10 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("cnn", params, inputs) as tracker:
         tok = load_tokenizer(args.tokenizer)
         train_df = load_split(args.data, "train")
-        transfer_df = load_transfer_split(args.transfer)
         sequences, labels = encode_train(tok, train_df, task)
-        transfer, transfer_labels = encode_train(tok, transfer_df, task)
+        transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
         files = {"train": args.out / "train.npz", "transfer": args.out / "transfer.npz"}
-        if params.soft_targets.shares.word_cnn == 0:
+        if params.soft_targets.shares.word_cnn == 0:  # not a source: nothing is trained, the files hold no columns
             save_logits(files["train"], np.zeros((len(labels), 0)), labels)
             save_logits(files["transfer"], np.zeros((len(transfer), 0)), transfer_labels)
             (args.out / "model.safetensors").unlink(missing_ok=True)
@@ -71,22 +115,15 @@ def main(argv: list[str] | None = None) -> None:
             return
         check_tokenizer(args.pretrained, tok, args.tokenizer)
         encoder, _, _ = load_model(args.pretrained)
-        vectors = encoder.backbone.embeddings.tokens.weight.detach().clone()
-        val_df = load_split(args.data, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
-        rows, extra_rows = with_extra(tok, args.data, task, (sequences, labels))
-        model, model_cfg, metrics = train_word_cnn(cfg, params.train, vectors, rows, validation(tok, val_df, task), tracker,
-                                                   data.num_labels)
-        start = time.perf_counter()
-        logits = chunked_logits(model, sequences, "cnn logits", model_cfg.num_labels, batch_size=256)
-        transfer_logits = chunked_logits(model, transfer, "cnn logits, transfer set", model_cfg.num_labels, batch_size=256)
-        save_logits(files["train"], logits, labels)
-        save_logits(files["transfer"], transfer_logits, transfer_labels)
-        model_path = save_textcnn(model, model_cfg, args.out / "model.safetensors", vocabulary_digest(tok), reads=reads(task, data.labels))
-        metrics.update({"rows": len(labels), "extra_rows": extra_rows, "transfer_rows": len(transfer),
-                        "score_seconds": time.perf_counter() - start, "skipped": False,
-                        "train_accuracy": classification_metrics(labels, logits)["accuracy"]})
-        finish_stage(tracker, metrics, args.metrics, {model_path: "checkpoint"})
+        rows, _ = with_extra(tok, args.data, task, (sequences, labels))
+        outputs = run(params, Inputs(tok, encoder.backbone.embeddings.tokens.weight.detach().clone(), rows,
+                                     (sequences, labels), transfer, load_split(args.data, "val"), data.num_labels), tracker)
+        save_logits(files["train"], outputs.logits, labels)
+        save_logits(files["transfer"], outputs.transfer_logits, transfer_labels)
+        model_path = save_textcnn(outputs.model, outputs.model_cfg, args.out / "model.safetensors", vocabulary_digest(tok),
+                                  reads=reads(task, data.labels))
+        finish_stage(tracker, outputs.metrics, args.metrics, {model_path: "checkpoint"})
 
 
 if __name__ == "__main__":

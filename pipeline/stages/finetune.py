@@ -15,12 +15,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pandas as pd
 import torch
+from tokenizers import Tokenizer
 
 from minibert.checkpoint import check_tokenizer, load_model, save_model
+from minibert.config import ModelConfig
 from minibert.distributed import World
+from minibert.model import Backbone, SequenceClassifier
 from minibert.tokenizer import load_tokenizer, vocabulary_digest
-from minibert.trainer import RecordingTracker
+from minibert.trainer import RecordingTracker, Tracker
 from pipeline.classifier_loop import train_classifier
 from pipeline.curves import write_curves
 from pipeline.params import Params, load_params
@@ -28,6 +32,25 @@ from pipeline.scoring import validation
 from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train, reads
 from pipeline.teacher import build, finetune_loop, head_config, transfer_phase, transfer_splits
+
+
+def run(params: Params, tok: Tokenizer, pretrained: Backbone, model_cfg: ModelConfig, num_labels: int, train: pd.DataFrame,
+        val: pd.DataFrame, transfer: list[tuple[Path, pd.DataFrame]], tracker: Tracker,
+        world: World | None = None) -> tuple[SequenceClassifier, dict]:
+    """The teacher: a classifier of ``num_labels`` outputs on the ``pretrained`` encoder (seeded by ``train.seed``),
+    trained on the intermediate task's ``transfer`` splits first when there are any, then on ``train``, and selected
+    on ``val``; with the metrics of both phases (curves to ``tracker``). ``world``: this process's place among several
+    (its GPU, its share of each batch)."""
+    world = world or World()
+    cfg, task = params.finetune, params.task
+    torch.manual_seed(params.train.seed)
+    model = build(cfg, model_cfg, pretrained, num_labels).to(world.device())  # this rank's GPU when there is one
+    model, transfer_metrics = transfer_phase(model, cfg, params.train, task, tok, transfer, tracker, world, phase="transfer")
+    model, metrics = train_classifier(model, finetune_loop(cfg, params.train), encode_train(tok, train, task),
+                                      validation(tok, val, task, params.train.precision), tracker, world=world,
+                                      phase="finetune")
+    metrics.update(transfer_metrics, processes=world.size)
+    return model, metrics
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,7 +68,6 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.tracking import stage_run
 
     params: Params = load_params()
-    cfg, task = params.finetune, params.task
     world = World.from_env()  # several processes under torchrun, else one
     world.init()
     data = prepared(args.data)
@@ -53,7 +75,6 @@ def main(argv: list[str] | None = None) -> None:
     transfer = transfer_splits(args.data)
     inputs = [train_path, val_path, *(path for path, _ in transfer), args.tokenizer, args.pretrained]
     with stage_run("finetune", params, inputs) as tracker:
-        torch.manual_seed(params.train.seed)
         tok = load_tokenizer(args.tokenizer)
         train_df, val_df = load_split(args.data, "train"), load_split(args.data, "val")
         tracker.log_dataset(train_df, train_path.stem, train_path, context="training")
@@ -62,17 +83,13 @@ def main(argv: list[str] | None = None) -> None:
             tracker.log_dataset(df, path.stem, path, context=context)
         check_tokenizer(args.pretrained, tok, args.tokenizer)
         mlm, model_cfg, _ = load_model(args.pretrained)
-        model = build(cfg, model_cfg, mlm.backbone, data.num_labels).to(world.device())  # this rank's GPU when there is one
         recorder = RecordingTracker(tracker)
-        model, transfer_metrics = transfer_phase(model, cfg, params.train, task, tok, transfer, recorder, world, phase="transfer")
-        model, metrics = train_classifier(model, finetune_loop(cfg, params.train), encode_train(tok, train_df, task),
-                                          validation(tok, val_df, task, params.train.precision),
-                                          recorder, world=world, phase="finetune")
-        metrics.update(transfer_metrics, processes=world.size)
+        model, metrics = run(params, tok, mlm.backbone, model_cfg, data.num_labels, train_df, val_df, transfer, recorder,
+                             world)
         if not world.main:  # rank 0 writes the outputs and logs the run
             return
-        save_model(model, model_cfg, args.out, head_config(cfg, data.num_labels), vocabulary_digest(tok),
-                   reads=reads(task, data.labels))
+        save_model(model, model_cfg, args.out, head_config(params.finetune, data.num_labels), vocabulary_digest(tok),
+                   reads=reads(params.task, data.labels))
         curves = write_curves(recorder.history, args.curves, "task", "fine-tuning on the task")
         finish_stage(tracker, metrics, args.metrics, {args.out: "checkpoint", **dict.fromkeys(curves, "curves")})
 

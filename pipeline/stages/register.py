@@ -25,7 +25,7 @@ from pipeline.document import to_markdown
 from pipeline.io import DataError, atomic_path, read_json, write_json
 from pipeline.model_card import DEPLOYED, card_blocks
 from pipeline.packaging import SERVING_CODE, SERVING_LIBRARY, pip_requirements, serving_config
-from pipeline.params import Params, load_params
+from pipeline.params import Params, RegisterParams, load_params
 from pipeline.provenance import git_commit, raw_data_digests
 from pipeline.splits import load_split, split_path
 from pipeline.tracking import (
@@ -38,6 +38,19 @@ from pipeline.tracking import (
 )
 
 INFERENCE_PARAMS = {"min_confidence": 0.0}  # the served model's inference params and defaults (its signature's)
+
+
+def run(cfg: RegisterParams, evaluation: dict[str, dict[str, float]], where: Path) -> dict[str, float]:
+    """The deployed model's test metrics from evaluate's (read from ``where``), which register only at
+    ``register.min_accuracy`` or above: DataError, naming the accuracy and the key, below it."""
+    deployed = evaluation.get(DEPLOYED)
+    if deployed is None:
+        raise DataError(f"{where}: no {DEPLOYED!r} entry; rerun `dvc repro evaluate`")
+    if deployed["accuracy"] < cfg.min_accuracy:
+        raise DataError(
+            f"test accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
+        )
+    return deployed
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -54,13 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     params: Params = load_params()
     cfg = params.register
     evaluation = read_json(args.evaluation)
-    deployed = evaluation.get(DEPLOYED)
-    if deployed is None:
-        raise DataError(f"{args.evaluation}: no {DEPLOYED!r} entry; rerun `dvc repro evaluate`")
-    if deployed["accuracy"] < cfg.min_accuracy:
-        raise DataError(
-            f"test accuracy {deployed['accuracy']:.4f} is below register.min_accuracy={cfg.min_accuracy}; not registering"
-        )
+    deployed = run(cfg, evaluation, args.evaluation)
     inputs = [args.onnx, args.tokenizer, args.evaluation, args.data_report, split_path(args.data, "test")]
     with stage_run("register", params, inputs) as tracker:
         root = project_root()

@@ -122,8 +122,9 @@ def example_table(rows: pd.DataFrame, classes: tuple[str, ...]) -> Table:
                  tuple((cut(r.text), classes[r.label], classes[r.predicted], f"{r.confidence:.3f}") for r in rows.itertuples()))
 
 
-def build(params: Params, data: Prepared, stages: dict[str, dict[str, Any]], data_report: dict[str, Any], test: pd.DataFrame,
-          predictions: pd.DataFrame, heads: pd.DataFrame, plots: Path, commit: str, registry: dict[str, Any]) -> list[Block]:
+def run(params: Params, data: Prepared, stages: dict[str, dict[str, Any]], data_report: dict[str, Any], test: pd.DataFrame,
+        predictions: pd.DataFrame, heads: pd.DataFrame, plots: Path, commit: str, registry: dict[str, Any]) -> list[Block]:
+    """The report's blocks from the stages' metrics and the files evaluate wrote; DataError naming what is missing."""
     task = params.data.dataset
     evaluation = stages["evaluate"]
     for name in ("baseline", "teacher", DEPLOYED):
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     with stage_run("report", params, inputs) as tracker:
         sha, dirty = git_commit(project_root())
         predictions = pd.read_csv(args.predictions)
-        blocks = build(params, prepared(args.data), stages, read_json(args.data_report), load_split(args.data, "test"),
+        blocks = run(params, prepared(args.data), stages, read_json(args.data_report), load_split(args.data, "test"),
                        predictions, pd.read_csv(args.heads), args.plots, sha + (" (uncommitted changes)" if dirty else ""),
                        read_json(args.registry) if args.registry.is_file() else {})
         html_path = args.out.with_suffix(".html")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 
 from minibert.checkpoint import check_tokenizer, load_model
 from minibert.precision import resolve_precision
@@ -29,6 +30,22 @@ from pipeline.soft_targets import save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.task import encode_train
 from pipeline.transfer_texts import load_transfer_split
+
+
+def run(precision: str, teacher: nn.Module, train: tuple[list[list[int]], np.ndarray],
+        transfer: list[list[int]]) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """The teacher's logits on the training rows and on the transfer set's rows, in ``precision`` (``train.precision``
+    as resolved on the teacher's device), and the metrics (seconds of each pass, its training accuracy)."""
+    (sequences, labels), precision = train, resolve_precision(precision, next(teacher.parameters()).device)
+    start = time.perf_counter()
+    logits = teacher_logits(teacher, sequences, "teacher logits", precision)
+    seconds = time.perf_counter() - start
+    transfer_logits = teacher_logits(teacher, transfer, "teacher logits, transfer set", precision)
+    metrics = {"rows": len(labels), "seconds": seconds, "transfer_rows": len(transfer),
+               "transfer_seconds": time.perf_counter() - start - seconds,
+               "teacher_train_accuracy": classification_metrics(labels, logits)["accuracy"],
+               "bf16_autocast": precision == "bf16"}
+    return logits, transfer_logits, metrics
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,17 +75,9 @@ def main(argv: list[str] | None = None) -> None:
             return
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
-        precision = resolve_precision(params.train.precision, next(teacher.parameters()).device)
-        start = time.perf_counter()
-        logits = teacher_logits(teacher, sequences, "teacher logits", precision)
-        seconds = time.perf_counter() - start
-        transfer_logits = teacher_logits(teacher, transfer, "teacher logits, transfer set", precision)
+        logits, transfer_logits, metrics = run(params.train.precision, teacher, (sequences, labels), transfer)
         save_logits(args.out, logits, labels)
         save_logits(args.transfer_out, transfer_logits, transfer_labels)
-        metrics = {"rows": len(labels), "seconds": seconds, "transfer_rows": len(transfer_labels),
-                   "transfer_seconds": time.perf_counter() - start - seconds,
-                   "teacher_train_accuracy": classification_metrics(labels, logits)["accuracy"],
-                   "bf16_autocast": precision == "bf16"}
         finish_stage(tracker, metrics, args.metrics)
 
 

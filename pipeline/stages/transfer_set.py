@@ -14,10 +14,17 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.io import read_table, write_table
-from pipeline.params import Params, load_params
+from pipeline.params import Params, TransferSetParams, load_params
 from pipeline.stages.common import finish_stage
 from pipeline.tracking import stage_run
 from pipeline.transfer_texts import CORPUS, labelled_texts, transfer_texts
+
+
+def run(cfg: TransferSetParams, seed: int, corpus: list[str], labelled: set[str]) -> tuple[list[str], dict[str, float]]:
+    """``cfg.rows`` texts drawn from ``corpus`` (none of the ``labelled`` ones), and the metrics."""
+    texts = transfer_texts(corpus, labelled, cfg.rows, seed)
+    words = [len(t.split()) for t in texts]
+    return texts, {"rows": len(texts), "requested_rows": cfg.rows, "mean_words": sum(words) / len(words) if words else 0.0}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,13 +37,11 @@ def main(argv: list[str] | None = None) -> None:
     cfg = params.transfer_set
     with stage_run("transfer_set", params, [args.data / CORPUS]) as tracker:
         corpus = read_table(args.data / CORPUS, ["text"])["text"].tolist()
-        texts = transfer_texts(corpus, labelled_texts(args.data), cfg.rows, params.train.seed)
+        texts, metrics = run(cfg, params.train.seed, corpus, labelled_texts(args.data))
         if 0 < len(texts) < cfg.rows:
             print(f"transfer_set: the corpus gave {len(texts)} texts of the {cfg.rows} asked for")
         write_table(pd.DataFrame({"text": pd.Series(texts, dtype=str)}), args.out)
-        words = [len(t.split()) for t in texts]
-        finish_stage(tracker, {"rows": len(texts), "requested_rows": cfg.rows,
-                               "mean_words": sum(words) / len(words) if words else 0.0}, args.metrics)
+        finish_stage(tracker, metrics, args.metrics)
 
 
 if __name__ == "__main__":
