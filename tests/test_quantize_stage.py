@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from conftest import toy_classifier, toy_texts, toy_tokenizer
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
@@ -14,9 +15,10 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from minibert.contract import Contract, Windows, onnx_parity, read_onnx_contract, stamp_onnx
 from minibert.engines import PORTABLE_PATH, load_engine
 from minibert.export import export_onnx
+from pipeline.deployment import compare
 from pipeline.io import StageError
 from pipeline.params import QuantizeParams
-from pipeline.scoring import text_logits
+from pipeline.scoring import text_logits, validation
 from pipeline.stages.quantize import KINDS, TIERS, Inputs, run
 
 WINDOWS = Windows(16, 6, "mean")
@@ -61,6 +63,10 @@ def test_the_deployed_graph_is_one_candidate_that_passed_stamped_with_its_paths_
     tiers = {"+".join(ops) + ("+embedding rows" if rows else "") for ops, rows in TIERS}
     assert set(metrics["int8_passed_over"]) <= tiers | {"dynamic"}
     assert metrics["onnx_int8_mb"] == pytest.approx(out.graph.stat().st_size / 1e6)
+    # the deployed graph's own answers against the student's on validation, whichever kind it is
+    val_logits, val_labels, _ = validation(toy.tok, toy.val, WINDOWS)
+    on_val = compare(val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask))), val_logits(toy.student), val_labels)
+    assert {key: metrics[f"val_int8_{key}"] for key in on_val} == pytest.approx(on_val)
     # the torch int8 student: its Linear layers dynamic int8, the student's own left fp32
     assert metrics["int8_mb"] < metrics["fp32_mb"]
     assert any(isinstance(m, DynamicQuantizedLinear) for m in out.int8.modules())
@@ -68,8 +74,6 @@ def test_the_deployed_graph_is_one_candidate_that_passed_stamped_with_its_paths_
 
 
 def test_a_graph_that_is_not_the_students_is_refused_with_the_numbers(toy, tmp_path) -> None:
-    import torch
-
     other = toy_classifier(toy.tok)
     with torch.no_grad():
         for p in other.parameters():
