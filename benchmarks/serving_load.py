@@ -5,8 +5,8 @@ tokenizer) as the MLflow pyfunc the register stage logs (``pipeline/serving_mode
 it, the same model_config), serves it with ``--workers`` uvicorn workers, and sends requests of ``--batch`` texts
 (transfer-set sentences, each request different) from ``--clients`` threads until ``--seconds`` pass or
 ``--max-requests`` are answered, whichever comes first. Records requests/s, texts/s, p50 / p99 request latency,
-errors, and the server's resident memory (its process and children) after it answers its first request and at
-the end.
+errors, the server's resident memory (its process and children) after it answers its first request and at
+the end, and the inference path each worker serves on (``served_on``, from the line a loaded model logs).
 
     python benchmarks/serving_load.py --root <run> [--clients 16] [--seconds 60] [--workers 1] [--threads 2]
 """
@@ -88,6 +88,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the engine's threads (model_config threads)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "serving_load.json")
     args = parser.parse_args()
+    from pipeline.serving_model import SERVING_LINE
+
     texts = pd.read_parquet(args.root / "data/transfer/texts.parquet")["text"].drop_duplicates().sample(
         n=20_000, random_state=0).tolist()
     folder = Path(tempfile.mkdtemp(prefix="serving_load."))
@@ -165,7 +167,10 @@ def main() -> None:
               "errors": len(errors), "first_errors": errors[:3], "requests_per_s": len(latencies) / elapsed,
               "texts_per_s": len(latencies) * args.batch / elapsed, "p50_ms": float(np.percentile(ms, 50)),
               "p99_ms": float(np.percentile(ms, 99)), "rss_mb_start": rss_start, "rss_mb_end": rss_end,
-              "model": str(args.root / "models/quantize/student_int8.onnx")}
+              "model": str(args.root / "models/quantize/student_int8.onnx"),
+              # the path each worker's model serves on, as its load line in the server's log names it
+              "served_on": sorted({line[len(SERVING_LINE):].strip() for line in (folder / "server.log").read_text().splitlines()
+                                   if line.startswith(SERVING_LINE)})}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))
 

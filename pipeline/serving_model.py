@@ -13,17 +13,21 @@ param ``min_confidence`` (0 to 1; default 0). Output: a DataFrame with ``label``
 graph's contract records, or ``abstain`` where the top probability is below ``min_confidence``),
 ``probability`` (the top class's) and one ``p_<class>`` column a class (every class's probability) per
 row. The probabilities are calibrated: the logits are divided by the temperature the graph records.
-Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier).
+Artifacts: ``tokenizer`` (tokenizer.json), ``onnx`` (the exported classifier). At load it writes one line to stderr
+naming the inference path it serves on (``SERVING_LINE``), so a server's log says which one ``auto`` took.
 model_config: ``max_length``, ``stride``, ``aggregate``, ``threads``, ``runtime``, ``precision``.
 """
 
 from __future__ import annotations
+
+import sys
 
 import mlflow
 import numpy as np
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+SERVING_LINE = "minibert: serving on"  # the start of the line a loaded model writes to stderr, naming its path
 ABSTAIN = "abstain"  # the label answered where the top probability is below params.min_confidence
 WINDOW_KEYS = ("max_length", "stride", "aggregate")
 
@@ -43,6 +47,9 @@ class TextClassifierModel(PythonModel):
             windows = {key: config[key] for key in WINDOW_KEYS if key in config}
             self.classifier = TextClassifier.from_files(*artifacts, RuntimeConfig(**settings, **windows))
         self.labels = self.classifier.labels
+        # which path this host serves on (``auto`` picks it here, at load): one line a worker, in the server's log
+        print(f"{SERVING_LINE} {self.classifier.path} (runtime {settings['runtime']}, precision {settings['precision']}, "
+              f"threads {settings['threads']})", file=sys.stderr, flush=True)
 
     def logits(self, texts: list[str]) -> np.ndarray:
         """(N, L) logits, one row a text, through sliding windows."""

@@ -65,6 +65,23 @@ print(json.dumps(model.predict(None, {texts!r})["label"].tolist()))
     assert json.loads(out.stdout.strip().splitlines()[-1]) == pyfunc.predict(None, texts)["label"].tolist()
 
 
+def test_the_loaded_model_names_the_path_it_serves_on(served, capsys) -> None:
+    """One stderr line at load names the inference path (``auto``'s pick on this host, or the one asked for), so a
+    server's log says what answers."""
+    from minibert.engines import PORTABLE_PATH, available_paths
+    from pipeline.serving_model import SERVING_LINE
+
+    *_, onnx_path, _ = served
+    artifacts = {"tokenizer": str(onnx_path.parent / "tokenizer.json"), "onnx": str(onnx_path)}
+    for config, expected in (({"threads": 1}, None), ({"threads": 1, "runtime": "onnxruntime"}, PORTABLE_PATH)):
+        pyfunc = TextClassifierModel()
+        pyfunc.load_context(SimpleNamespace(artifacts=artifacts, model_config={"max_length": 16, "stride": 6, **config}))
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(SERVING_LINE)]
+        assert lines == [f"{SERVING_LINE} {pyfunc.classifier.path} (runtime {config.get('runtime', 'auto')}, "
+                         "precision auto, threads 1)"]
+        assert pyfunc.classifier.path in available_paths() and pyfunc.classifier.path == (expected or pyfunc.classifier.path)
+
+
 def test_predict_returns_labels_and_probabilities(served) -> None:
     pyfunc, *_, texts = served
     out = pyfunc.predict(None, pd.DataFrame({"text": texts}))
