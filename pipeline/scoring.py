@@ -15,10 +15,9 @@ from minibert.contract import Windows
 from minibert.inference import predict_documents, predict_logits, predict_windows
 from minibert.model import SequenceClassifier
 from minibert.tokenizer import CLS, SEP
-from minibert.windows import document_windows
 from pipeline.params import TaskParams
 from pipeline.progress import progress
-from pipeline.task import encode_documents
+from pipeline.task import encode_documents, text_windows
 
 Logits = Callable[[list[str]], np.ndarray]  # texts -> (N, L) logits
 CHUNK_ROWS = 4096  # rows a progress-bar step when a model scores a whole set
@@ -36,8 +35,7 @@ def validation(tok: Tokenizer, df: pd.DataFrame, task: TaskParams | Windows, pre
     """(model -> logits on ``df`` through the task's sliding windows, labels, tokens the windows
     hold); ``precision`` as the training loop's, so that a bf16 run's validation passes inside its
     time budget run in bf16 too."""
-    docs = encode_documents(tok, df["text"].tolist())
-    windows, counts = document_windows(docs, task.max_length, task.stride, tok.token_to_id(CLS), tok.token_to_id(SEP))
+    windows, counts = text_windows(tok, df["text"].tolist(), task)
     # the windows are the same every pass: cut once, scored each pass
     return Validation(lambda m: predict_windows(m, windows, counts, task.aggregate, 128, precision),
                       df["label"].to_numpy(), sum(len(w) for w in windows))

@@ -33,6 +33,14 @@ def save_logits(path: Path, logits: np.ndarray, labels: np.ndarray) -> None:
             np.savez(handle, logits=logits.astype(np.float32), labels=labels.astype(np.int64))
 
 
+def not_a_source(train_out: Path, transfer_out: Path, labels: np.ndarray, transfer_labels: np.ndarray) -> dict[str, Any]:
+    """A source whose share is 0 scores nothing: its logit files for the training rows and the transfer set's rows
+    hold no columns (the rows' labels still ride along). Returns the skipping stage's metrics."""
+    save_logits(train_out, np.zeros((len(labels), 0)), labels)
+    save_logits(transfer_out, np.zeros((len(transfer_labels), 0)), transfer_labels)
+    return {"rows": len(labels), "transfer_rows": len(transfer_labels), "skipped": True}
+
+
 def load_logits(path: Path, labels: np.ndarray, stage: str = "teacher_logits") -> np.ndarray:
     """(N, L) logits from ``path`` (written by ``stage``), checked against the ``labels`` of the rows in use
     (``combine`` checks that the sources agree on L)."""

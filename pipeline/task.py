@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from minibert.contract import Windows
 from minibert.tokenizer import CLS, SEP, encode
-from minibert.windows import chunk_document
+from minibert.windows import chunk_document, document_windows
 from pipeline.params import TaskParams
 
 
@@ -52,6 +52,13 @@ def encode_train_indexed(tok: Tokenizer, df: pd.DataFrame, task: TaskParams) -> 
                for ids in encode_documents(tok, df["text"].tolist())]
     text_index = np.repeat(np.arange(len(df)), [len(doc) for doc in windows])
     return [w for doc in windows for w in doc], labels[text_index], text_index
+
+
+def text_windows(tok: Tokenizer, texts: list[str], windows: Windows | TaskParams) -> tuple[list[list[int]], np.ndarray]:
+    """``texts`` as a model reads them: the token-id windows of each in turn (``windows.max_length`` tokens every
+    ``windows.stride``, ``minibert.windows.document_windows``), and how many windows each text gave."""
+    return document_windows(encode_documents(tok, texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
+                            tok.token_to_id(SEP))
 
 
 def encode_documents(tok: Tokenizer, texts: list[str]) -> list[list[int]]:

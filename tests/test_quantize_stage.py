@@ -4,6 +4,8 @@ student."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,11 +17,13 @@ from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from minibert.contract import Contract, Windows, onnx_parity, read_onnx_contract, stamp_onnx
 from minibert.engines import PORTABLE_PATH, load_engine
 from minibert.export import export_onnx
-from pipeline.deployment import compare
+from pipeline import deployment
+from pipeline.deployment import TIERS, compare
 from pipeline.io import StageError
 from pipeline.params import QuantizeParams
 from pipeline.scoring import text_logits, validation
-from pipeline.stages.quantize import KINDS, TIERS, Inputs, run
+from pipeline.stages import quantize
+from pipeline.stages.quantize import KINDS, Inputs, run
 
 WINDOWS = Windows(16, 6, "mean")
 CONTRACT = Contract("classifier", None, WINDOWS, ("no", "yes"))
@@ -71,6 +75,29 @@ def test_the_deployed_graph_is_one_candidate_that_passed_stamped_with_its_paths_
     assert metrics["int8_mb"] < metrics["fp32_mb"]
     assert any(isinstance(m, DynamicQuantizedLinear) for m in out.int8.modules())
     assert not any(isinstance(m, nn.Linear) for m in out.int8.modules()) and any(isinstance(m, nn.Linear) for m in toy.student.modules())
+
+
+def test_a_static_graph_deployed_is_scored_on_validation_once_and_its_numbers_are_its_own(toy, tmp_path,
+                                                                                          monkeypatch) -> None:
+    """Static int8 is scored on validation while its tier is chosen; deployed, those logits are the ones its
+    metrics and temperature come from (the graph is not read a second time), and they are the deployed file's."""
+    monkeypatch.setattr(deployment, "MIN_AGREEMENT", 0.9)  # the toy's static int8 flips 1 of 48 test answers
+    monkeypatch.setattr(deployment, "MAX_ACCURACY_DROP", 0.05)
+    monkeypatch.setattr(quantize, "fastest_graph", lambda graphs, verified, *args: ("static", {}))
+    scored: list[str] = []  # the bytes of each graph the stage scores on validation
+
+    def loading(graph, path, threads):
+        scored.append(hashlib.sha256(graph.read_bytes()).hexdigest())
+        return load_engine(graph, path, threads=threads)
+
+    monkeypatch.setattr(quantize, "load_engine", loading)
+    out = run(QuantizeParams(calibration_texts=40), toy, tmp_path, threads=1, seed=0)
+    assert out.graph.name == "static.onnx" and out.metrics["deployed_static"] == 1.0
+    assert len(scored) == len(set(scored)) == 2, "the static graph and the portable fp32 one, once each"
+    val_logits, val_labels, _ = validation(toy.tok, toy.val, WINDOWS)
+    engine = load_engine(out.graph, PORTABLE_PATH, threads=1)
+    on_val = compare(val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask))), val_logits(toy.student), val_labels)
+    assert {key: out.metrics[f"val_int8_{key}"] for key in on_val} == pytest.approx(on_val)
 
 
 def test_a_graph_that_is_not_the_students_is_refused_with_the_numbers(toy, tmp_path) -> None:

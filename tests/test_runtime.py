@@ -115,16 +115,15 @@ from minibert.contract import Contract, Parity, Windows, onnx_parity, read_onnx_
 from minibert.engines import PORTABLE_PATH, available_paths, choose_path, load_engine  # noqa: E402
 from minibert.files import ArtifactError  # noqa: E402
 from minibert.quantize import quantize_onnx_static_int8  # noqa: E402
-from minibert.tokenizer import CLS, PAD, SEP  # noqa: E402
-from minibert.windows import document_windows  # noqa: E402
-from pipeline.task import encode_documents  # noqa: E402
+from minibert.tokenizer import PAD  # noqa: E402
+from pipeline.task import text_windows  # noqa: E402
 
 needs_openvino = pytest.mark.skipif("openvino/fp32" not in available_paths(), reason="openvino is not installed")
 WINDOWS = Windows(16, 6, "mean")
 
 
 def cut(tok, texts: list[str]) -> list[list[int]]:
-    return document_windows(encode_documents(tok, texts), 16, 6, tok.token_to_id(CLS), tok.token_to_id(SEP))[0]
+    return text_windows(tok, texts, WINDOWS)[0]
 
 
 @pytest.fixture(scope="module")

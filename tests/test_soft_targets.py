@@ -23,6 +23,7 @@ from pipeline.soft_targets import (
     log_probabilities,
     mix_ensemble,
     mix_soft_targets,
+    not_a_source,
     save_logits,
     save_soft_targets,
     shares_on_validation,
@@ -52,6 +53,21 @@ def test_round_trip_and_stale_or_broken_files_are_refused(tmp_path: Path) -> Non
         load_logits(tmp_path / "absent.npz", labels)
     with pytest.raises(FileNotFoundError, match="dvc repro baseline_oof"):  # the fix names the stage that writes it
         load_logits(tmp_path / "absent.npz", labels, stage="baseline_oof")
+
+
+def test_a_source_at_share_0_writes_files_with_no_columns_that_still_name_their_rows(tmp_path: Path) -> None:
+    """cnn and teacher_logits at share 0 score nothing: both their files hold (rows, 0) logits with the rows' labels,
+    so a later stage still refuses them once the split changes, and the mix leaves them out."""
+    labels, transfer_labels = np.array([0, 1, 1]), np.full(4, -1)
+    metrics = not_a_source(tmp_path / "train.npz", tmp_path / "transfer.npz", labels, transfer_labels)
+    assert metrics == {"rows": 3, "transfer_rows": 4, "skipped": True}
+    assert load_logits(tmp_path / "train.npz", labels, "cnn").shape == (3, 0)
+    assert load_logits(tmp_path / "transfer.npz", transfer_labels, "cnn").shape == (4, 0)
+    with pytest.raises(DataError, match=r"3 rows do not match the 2 training rows.*dvc repro cnn"):
+        load_logits(tmp_path / "train.npz", labels[:2], "cnn")
+    teacher = np.array([[1.0, 0.0], [0.0, 2.0], [0.5, 0.5]], np.float32)
+    rows = {"teacher": teacher, "word_cnn": load_logits(tmp_path / "train.npz", labels, "cnn")}
+    np.testing.assert_array_equal(combine({"teacher": 1.0, "word_cnn": 0.0}, rows), teacher)
 
 
 def test_the_mix_averages_probabilities_and_returns_their_logits() -> None:

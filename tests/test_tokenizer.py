@@ -170,3 +170,28 @@ def test_windows_truncation_trains_on_every_token_with_the_text_label(trained: T
     *same, text_index = encode_train_indexed(trained, df, task)  # each row's text, for per-text soft targets
     assert same[0] == sequences and same[1].tolist() == labels.tolist() and text_index.tolist() == [0] * pieces + [1, 2]
     assert encode_train_indexed(trained, df, TaskParams(max_length=18, stride=12))[2].tolist() == [0, 1, 2]
+
+
+def test_text_windows_read_every_token_of_a_text_whatever_the_tokenizer_was_left_set_to(trained: Tokenizer) -> None:
+    """One cut for every prediction the pipeline makes (validation, export parity, calibration, the gate's probe):
+    a long text's windows hold max_length - 2 tokens, start every stride tokens and end at its end, each text's
+    count says where its windows stop, and a tokenizer left truncating or padding by an earlier use cuts the same."""
+    from minibert.contract import Windows
+    from pipeline.params import TaskParams
+    from pipeline.task import text_windows
+
+    long_text = " ".join(CORPUS[:3])
+    full = trained.encode(long_text, add_special_tokens=False).ids
+    cls_id, sep_id = trained.token_to_id("[CLS]"), trained.token_to_id("[SEP]")
+    cut, counts = text_windows(trained, [long_text, "short one", ""], Windows(18, 12, "mean"))
+    starts = [*range(0, len(full) - 16, 12), len(full) - 16]
+    assert len(full) > 32 and counts.tolist() == [len(starts), 1, 1] and len(cut) == counts.sum()
+    assert cut[: len(starts)] == [[cls_id, *full[s : s + 16], sep_id] for s in starts]
+    assert cut[-1] == [cls_id, sep_id]  # an empty text still gives one window, so it still gets an answer
+    trained.enable_truncation(8)
+    trained.enable_padding(length=32)
+    try:
+        assert text_windows(trained, [long_text, "short one", ""], TaskParams(max_length=18, stride=12))[0] == cut
+    finally:
+        trained.no_truncation()
+        trained.no_padding()

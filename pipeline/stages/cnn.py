@@ -34,7 +34,7 @@ from minibert.trainer import Tracker
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.scoring import chunked_logits, validation
-from pipeline.soft_targets import save_logits
+from pipeline.soft_targets import not_a_source, save_logits
 from pipeline.splits import load_split, prepared, split_path
 from pipeline.task import encode_train, reads
 from pipeline.transfer_texts import load_transfer_split
@@ -108,10 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
         files = {"train": args.out / "train.npz", "transfer": args.out / "transfer.npz"}
         if params.soft_targets.shares.word_cnn == 0:  # not a source: nothing is trained, the files hold no columns
-            save_logits(files["train"], np.zeros((len(labels), 0)), labels)
-            save_logits(files["transfer"], np.zeros((len(transfer), 0)), transfer_labels)
             (args.out / "model.safetensors").unlink(missing_ok=True)
-            finish_stage(tracker, {"rows": len(labels), "transfer_rows": len(transfer), "skipped": True}, args.metrics)
+            finish_stage(tracker, not_a_source(files["train"], files["transfer"], labels, transfer_labels), args.metrics)
             return
         check_tokenizer(args.pretrained, tok, args.tokenizer)
         encoder, _, _ = load_model(args.pretrained)

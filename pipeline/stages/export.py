@@ -34,13 +34,12 @@ from minibert.engines import load_session
 from minibert.export import export_onnx, parity
 from minibert.model import SequenceClassifier
 from minibert.ort_fusion import fused_operator_counts, optimize_for_ort
-from minibert.tokenizer import CLS, SEP, load_tokenizer
-from minibert.windows import document_windows
+from minibert.tokenizer import load_tokenizer
 from pipeline.io import StageError
 from pipeline.params import ExportParams, Params, load_params
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_documents
+from pipeline.task import text_windows
 from pipeline.tracking import stage_run
 
 PARITY_BATCH_SIZES = (1, 8, 32)
@@ -99,9 +98,7 @@ def run(cfg: ExportParams, student: nn.Module, contract: Contract, model_cfg: Mo
     """Write the portable graph to ``out`` and the fused one to ``fused_out``, both stamped with ``contract``, once both
     match ``student`` on the test texts' windows (``verified_exports``); the metrics. ``model_cfg``: a transformer
     student's shape (its attention is fused), None for a word-CNN (its fused graph is the portable one)."""
-    windows = contract.windows
-    cut, _ = document_windows(encode_documents(tok, test_texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
-                              tok.token_to_id(SEP))
+    cut, _ = text_windows(tok, test_texts, contract.windows)
     sequences = parity_sample(cut, PARITY_ROWS)
     metrics: dict[str, float] = {"opset": OPSET, "windows": len(cut), "parity_windows": len(sequences)}
 

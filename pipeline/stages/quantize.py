@@ -3,10 +3,10 @@ int8 of it.
 
 Two int8 graphs are built and checked: calibrated static int8 of the portable graph (ONNX Runtime's QDQ format,
 activation ranges from ``quantize.calibration_texts`` training texts read through the student's windows,
-``minibert.quantize.quantize_onnx_static_int8``; its operator set the first of ``TIERS`` that keeps the student's
-answers), which ONNX Runtime and OpenVINO both run, and ONNX Runtime's dynamic int8 of the fused graph (its fused
-int8 attention, which OpenVINO cannot read). Each reads the test split of record on every inference path this
-host has and is held against the torch fp32 student (``pipeline.deployment``: argmax agreement, accuracy, the
+``minibert.quantize.quantize_onnx_static_int8``; its operator set the first of ``pipeline.deployment.TIERS`` that
+keeps the student's answers), which ONNX Runtime and OpenVINO both run, and ONNX Runtime's dynamic int8 of the
+fused graph (its fused int8 attention, which OpenVINO cannot read). Each reads the test split of record on every
+inference path this host has and is held against the torch fp32 student (``pipeline.deployment``: argmax agreement, accuracy, the
 logit tolerance of its precision). Of those that pass on the portable path, the one that runs the probe windows
 fastest here on a path it passed (in batches and one window a call), or a smaller one the timing cannot tell from it
 (``minibert.runtime.smallest_of_fastest``), is deployed as ``student_int8.onnx`` (the word-CNN: static int8 on
@@ -28,9 +28,9 @@ and params, and moves what ``run`` returns into place only once every check has 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,39 +44,22 @@ from torch import nn
 from minibert.calibration import fit_temperature, nll
 from minibert.checkpoint import check_tokenizer, read_contract
 from minibert.classifiers import load_classifier
-from minibert.contract import Contract, Parity, Windows, stamp_onnx, stamp_parity
+from minibert.contract import Contract, stamp_onnx, stamp_parity
 from minibert.engines import PORTABLE_PATH, load_engine
-from minibert.quantize import (
-    model_size_bytes,
-    quantize_dynamic_int8,
-    quantize_onnx_embeddings_int8,
-    quantize_onnx_int8,
-    quantize_onnx_static_int8,
-    save_int8,
-)
-from minibert.runtime import Timing, probe_timing, smallest_of_fastest, softmax
-from minibert.tokenizer import CLS, PAD, SEP, load_tokenizer
-from minibert.windows import document_windows
-from pipeline.deployment import BATCH, compare, gate, keeps_answers, parity_record
+from minibert.quantize import model_size_bytes, quantize_dynamic_int8, quantize_onnx_int8, save_int8
+from minibert.runtime import softmax
+from minibert.tokenizer import PAD, load_tokenizer
+from pipeline.deployment import Gated, compare, fastest_graph, gate, parity_record, static_int8
 from pipeline.io import StageError
 from pipeline.metrics import CALIBRATION_BINS, classification_metrics, reliability
 from pipeline.params import Params, QuantizeParams, load_params
 from pipeline.scoring import text_logits, validation
 from pipeline.splits import load_split, split_path
 from pipeline.stages.common import finish_stage
-from pipeline.task import encode_documents
+from pipeline.task import text_windows
 from pipeline.tracking import stage_run
 
-# static int8's tiers, tried in turn: (the operator types it quantises, whether the embedding tables go to int8 a row,
-# weight-only: minibert.quantize.quantize_onnx_embeddings_int8). The first whose graph keeps the student's answers on
-# validation (pipeline.deployment.keeps_answers) and passes the gate on test on every path is a candidate, and a
-# smaller one before it that passes on some paths only is one too (``static_partial``), timed on those. The
-# word-CNN's embeddings are most of its bytes: by row they cost it no answer, where ONNX Runtime's Gather
-# quantisation (one scale a table, activations too) cost it 0.3 points of SST-2 (benchmarks/JOURNAL.md).
-TIERS = ((("Conv", "MatMul"), True), (("Conv", "MatMul"), False))
 KINDS = ("static", "static_partial", "dynamic", "fp32")  # the candidate graphs, each a file in run's working folder
-
-Gated = tuple[dict[str, dict[str, float]], dict[str, str]]  # pipeline.deployment.gate: (passed paths, refused paths)
 
 
 @dataclass(frozen=True)
@@ -102,63 +85,6 @@ class Outputs:
     metrics: dict[str, Any]
 
 
-def calibration_windows(tok: Tokenizer, texts: list[str], windows: Windows) -> list[list[int]]:
-    """The token-id windows of ``texts`` as the student reads them."""
-    cut, _ = document_windows(encode_documents(tok, texts), windows.max_length, windows.stride, tok.token_to_id(CLS),
-                              tok.token_to_id(SEP))
-    return cut
-
-
-def static_int8(portable: Path, out: Path, partial: Path, calibration: list[list[int]], pad_id: int,
-                cfg: QuantizeParams, contract: Contract, on_validation: Callable[[Path], dict[str, float]],
-                gated: Callable[[Path], Gated]) -> tuple[dict[str, Gated], dict[str, bool], dict[str, str]]:
-    """Static int8 of ``portable`` at ``out``: the first of ``TIERS`` whose graph keeps the student's answers on
-    validation (``on_validation``: its comparison with torch there) and passes the gate on every path (``gated``); a
-    smaller tier before it that passes on some paths only stays a candidate at ``partial``. Returns ({kind: the gate's
-    result}, {kind: its embedding tables int8 a row}, {tier: why it was passed over})."""
-    verified: dict[str, Gated] = {}
-    rows_int8: dict[str, bool] = {}
-    passed_over: dict[str, str] = {}
-    for op_types, rows in TIERS:
-        quantize_onnx_static_int8(portable, out, calibration, pad_id, per_channel=cfg.per_channel, op_types=op_types)
-        if rows and not quantize_onnx_embeddings_int8(out, out):
-            continue  # no table big enough (a small vocabulary): the next tier is this graph
-        stamp_onnx(out, contract)
-        on_val = on_validation(out)
-        tier, last = "+".join(op_types) + ("+embedding rows" if rows else ""), (op_types, rows) == TIERS[-1]
-        if not keeps_answers(on_val) and not last:
-            passed_over[tier] = f"validation: {on_val}"
-            continue
-        try:
-            verified["static"] = gated(out)
-        except StageError as err:
-            passed_over[tier] = str(err)
-            continue
-        rows_int8["static"] = rows
-        if not verified["static"][1] or last:  # passes on every path (or no larger tier is left)
-            break
-        if "static_partial" in verified:
-            passed_over[tier] = f"refused on {verified.pop('static')[1]}"
-            continue
-        # it passes on some paths only: the next tier is built, and the two are timed (``fastest_graph``)
-        out.replace(partial)
-        verified["static_partial"], rows_int8["static_partial"] = verified.pop("static"), rows_int8.pop("static")
-    return verified, rows_int8, passed_over
-
-
-def fastest_graph(graphs: dict[str, Path], verified: dict[str, Gated], probe: Parity, max_length: int, pad_id: int,
-                  threads: int) -> tuple[str, dict[str, Timing]]:
-    """The kind to deploy: each graph timed on the probe windows on each path it passed, as it serves (static shapes),
-    and the fastest, or a smaller one the timing cannot tell from it (``minibert.runtime.smallest_of_fastest``; a
-    partial static tier among them ships where it runs as fast on the paths it passed, and a serving host picks among
-    those or checks at load). Returns (that kind, each kind's best timing)."""
-    timings = {(kind, path): probe_timing(load_engine(graphs[kind], path, threads=threads)
-                                          .with_static_shapes(max_length, pad_id), probe, BATCH, pad_id)
-               for kind, (passed, _) in verified.items() for path in passed}
-    best = {k: min((t for (graph, _), t in timings.items() if graph == k), key=lambda t: t.cost) for k in verified}
-    return smallest_of_fastest(best, {k: graphs[k].stat().st_size for k in best}), best
-
-
 def run(cfg: QuantizeParams, inputs: Inputs, workdir: Path, threads: int, seed: int) -> Outputs:
     """Build the int8 candidates in ``workdir``, gate each against the torch fp32 student on the test split on every
     path this host has, and return the fastest that passed (the portable fp32 graph where none did), stamped; the
@@ -170,9 +96,14 @@ def run(cfg: QuantizeParams, inputs: Inputs, workdir: Path, threads: int, seed: 
     sample = inputs.train["text"].sample(n=min(cfg.calibration_texts, len(inputs.train)), random_state=seed).tolist()
     val_logits, val_labels, _ = validation(tok, inputs.val, contract.windows)
 
+    scored: dict[str, np.ndarray] = {}  # a graph's validation logits by its bytes' digest: each graph is scored once
+
     def engine_logits(graph: Path) -> np.ndarray:
-        engine = load_engine(graph, PORTABLE_PATH, threads=threads)
-        return val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
+        digest = hashlib.sha256(graph.read_bytes()).hexdigest()
+        if digest not in scored:
+            engine = load_engine(graph, PORTABLE_PATH, threads=threads)
+            scored[digest] = val_logits(lambda ids, mask: torch.from_numpy(engine(ids, mask)))
+        return scored[digest]
 
     student_val = val_logits(student)
     texts, labels = inputs.test["text"].tolist(), inputs.test["label"].to_numpy()
@@ -186,7 +117,7 @@ def run(cfg: QuantizeParams, inputs: Inputs, workdir: Path, threads: int, seed: 
     # static int8 of the portable graph: the smallest tier that keeps the student's answers on validation and passes
     # the gate on every path; a smaller one that passes on some paths only stays a candidate beside it
     verified, rows_int8, passed_over = static_int8(
-        inputs.portable, graphs["static"], graphs["static_partial"], calibration_windows(tok, sample, contract.windows),
+        inputs.portable, graphs["static"], graphs["static_partial"], text_windows(tok, sample, contract.windows)[0],
         pad_id, cfg, contract, lambda graph: compare(engine_logits(graph), student_val, val_labels), gated)
     # dynamic int8 of the fused graph: ONNX Runtime's fused int8 attention (QAttention), which OpenVINO cannot read
     quantize_onnx_int8(inputs.fused, graphs["dynamic"], per_channel=cfg.per_channel)

@@ -26,7 +26,7 @@ from minibert.tokenizer import load_tokenizer
 from pipeline.metrics import classification_metrics
 from pipeline.params import Params, load_params
 from pipeline.scoring import teacher_logits
-from pipeline.soft_targets import save_logits
+from pipeline.soft_targets import not_a_source, save_logits
 from pipeline.splits import load_split, split_path
 from pipeline.task import encode_train
 from pipeline.transfer_texts import load_transfer_split
@@ -69,9 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         sequences, labels = encode_train(tok, load_split(args.data, "train"), task)
         transfer, transfer_labels = encode_train(tok, load_transfer_split(args.transfer), task)
         if params.soft_targets.shares.teacher == 0:  # not a source: nothing is scored, the files hold no columns
-            save_logits(args.out, np.zeros((len(labels), 0)), labels)
-            save_logits(args.transfer_out, np.zeros((len(transfer), 0)), transfer_labels)
-            finish_stage(tracker, {"rows": len(labels), "transfer_rows": len(transfer), "skipped": True}, args.metrics)
+            finish_stage(tracker, not_a_source(args.out, args.transfer_out, labels, transfer_labels), args.metrics)
             return
         check_tokenizer(args.teacher, tok, args.tokenizer)
         teacher, _, _ = load_model(args.teacher)
