@@ -11,8 +11,10 @@ measures on the task's test split of record (SST-2 dev):
   only (the same batches pre-tokenized);
 - p50 / p95 latency of single texts on 1 thread, end to end.
 
-Extra ONNX variants (reduce_range, ORT's transformer optimiser, unfused int8) are built here in
-a temporary folder from the pipeline's student with the library's own functions. Timings are
+Extra ONNX variants (ORT's dynamic int8 of the fused graph, reduce_range, ORT's transformer optimiser, unfused
+int8) are built here in a temporary folder from the pipeline's student with the library's own functions and run
+on ONNX Runtime; the deployed graph (the quantize stage's pick) runs on the path ``auto`` takes on this host, which
+the row names. ``serving_runtimes.py`` puts every graph on every path. Timings are
 interleaved over ``--rounds`` rounds (each variant once a round) and the best round is kept, so
 every ratio compares runs made side by side under the same machine load; each timed run starts
 after a short pause, so the idle threads of the run before (torch's OpenMP pool, another ORT
@@ -70,16 +72,17 @@ class Variant:
     size_mb: float
 
 
-def onnx_variant(name: str, path: Path, tokenizer: Path, task, threads: int) -> Variant:
-    def runtime(n: int) -> TextClassifier:
+def onnx_variant(name: str, path: Path, tokenizer: Path, task, threads: int, runtime: str = "onnxruntime") -> Variant:
+    """A graph behind ``minibert.runtime`` on ``runtime`` (ONNX Runtime for the compression variants; ``auto``, the
+    path a serving host takes, for the deployed graph)."""
+    def classifier(n: int) -> TextClassifier:
         cfg = RuntimeConfig(max_length=task.max_length, stride=task.stride, aggregate=task.aggregate, batch_size=32,
-                            threads=n)
+                            threads=n, runtime=runtime)
         return TextClassifier.from_files(tokenizer, path, cfg)
 
-    batched = runtime(threads)
-    return Variant(name, "student", batched.logits, runtime(1).logits,
-                   lambda ids, mask: batched.session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}),
-                   path.stat().st_size / 1e6)
+    batched = classifier(threads)
+    return Variant(f"{name} [{batched.path}]", "student", batched.logits, classifier(1).logits,
+                   lambda ids, mask: batched.engine(ids.numpy(), mask.numpy()), path.stat().st_size / 1e6)
 
 
 SETTLE_S = 0.3  # idle worker threads of the previous run (torch OpenMP, ORT pools) stop spinning first
@@ -126,7 +129,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="compression."))
     portable, fused = root / "models/export/student.onnx", root / "models/export/student_fused.onnx"
     built = {
-        "onnx_int8": root / "models/quantize/student_int8.onnx",  # the pipeline's deployed chain
+        "deployed": root / "models/quantize/student_int8.onnx",  # the quantize stage's pick, on the path `auto` takes
+        "onnx_int8_dynamic": quantize_onnx_int8(fused, tmp / "dynamic.onnx"),  # ORT's dynamic int8 (the chain before)
         "onnx_int8_reduce_range": quantize_onnx_int8(fused, tmp / "rr.onnx", reduce_range=True),
         "onnx_int8_unfused": quantize_onnx_int8(portable, tmp / "unfused.onnx"),
     }
@@ -153,7 +157,8 @@ def main() -> None:
         onnx_variant("student onnx fp32 (portable)", portable, tok_path, student_task, args.threads),
         onnx_variant("student onnx fp32 (fused)", fused, tok_path, student_task, args.threads),
         onnx_variant("student onnx int8 (unfused)", built["onnx_int8_unfused"], tok_path, student_task, args.threads),
-        onnx_variant("student onnx int8 (fused) = deployed", built["onnx_int8"], tok_path, student_task, args.threads),
+        onnx_variant("student onnx int8 (fused, dynamic)", built["onnx_int8_dynamic"], tok_path, student_task, args.threads),
+        onnx_variant("student onnx int8 = deployed", built["deployed"], tok_path, student_task, args.threads, "auto"),
         onnx_variant("student onnx int8 (fused, reduce_range)", built["onnx_int8_reduce_range"], tok_path, student_task, args.threads),
     ]
     if "onnx_int8_ort_optimizer" in built:
@@ -180,14 +185,16 @@ def main() -> None:
              "throughput_e2e_per_s": len(texts) / e2e[v.name], "throughput_model_per_s": len(texts) / model_only[v.name],
              **latency[v.name]} for v in variants]
     by = {r["variant"]: r for r in rows}
-    deployed, student_fp32 = by["student onnx int8 (fused) = deployed"], by["student torch fp32"]
+    deployed = next(r for r in rows if r["variant"].startswith("student onnx int8 = deployed"))
+    student_fp32 = by["student torch fp32"]
     teacher_fp32 = by["teacher torch fp32"]
     checks = {
         "onnx_fp32_max_abs_diff": max(p["max_abs_diff"] for p in parity_rows.values()),
         "onnx_fp32_argmax_agreement": min(p["argmax_agreement"] for p in parity_rows.values()),
         "student_share_of_teacher_accuracy": student_fp32["accuracy"] / teacher_fp32["accuracy"],
         "student_non_embedding_ratio": s_non_emb / t_non_emb,
-        "int8_onnx_accuracy_loss_points": 100 * (by["student onnx fp32 (fused)"]["accuracy"] - deployed["accuracy"]),
+        "int8_onnx_accuracy_loss_points": 100 * (by["student onnx fp32 (fused) [onnxruntime/fp32]"]["accuracy"]
+                                                 - deployed["accuracy"]),
         "int8_onnx_vs_torch_fp32_throughput_e2e": deployed["throughput_e2e_per_s"] / student_fp32["throughput_e2e_per_s"],
         "int8_onnx_vs_torch_fp32_throughput_model": deployed["throughput_model_per_s"] / student_fp32["throughput_model_per_s"],
         "deployed_vs_teacher_throughput_e2e": deployed["throughput_e2e_per_s"] / teacher_fp32["throughput_e2e_per_s"],
@@ -206,9 +213,9 @@ def main() -> None:
     }
     verdicts = {k: (checks[k] <= bound if op == "<=" else checks[k] >= bound) for k, (op, bound) in targets.items()}
 
-    print(f"\n{'variant':44s} {'acc %':>6s} {'MB':>6s} {'e2e/s':>8s} {'model/s':>8s} {'p50 ms':>7s} {'p95 ms':>7s}  x teacher e2e")
+    print(f"\n{'variant':62s} {'acc %':>6s} {'MB':>6s} {'e2e/s':>8s} {'model/s':>8s} {'p50 ms':>7s} {'p95 ms':>7s}  x teacher e2e")
     for r in rows:
-        print(f"{r['variant']:44s} {100 * r['accuracy']:6.2f} {r['size_mb']:6.2f} {r['throughput_e2e_per_s']:8.0f} "
+        print(f"{r['variant']:62s} {100 * r['accuracy']:6.2f} {r['size_mb']:6.2f} {r['throughput_e2e_per_s']:8.0f} "
               f"{r['throughput_model_per_s']:8.0f} {r['p50_ms']:7.2f} {r['p95_ms']:7.2f}  "
               f"{r['throughput_e2e_per_s'] / teacher_fp32['throughput_e2e_per_s']:5.2f}")
     print(f"\nfused ORT optimiser nodes: {fusions}")
