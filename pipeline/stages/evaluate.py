@@ -6,7 +6,8 @@ with ``auto``, 1.7x faster than fp32, and most of this stage's time on IMDb), ``
 (distilled, torch fp32), ``student_int8`` (torch dynamic int8), ``student_onnx`` (portable ONNX,
 ONNX Runtime fp32: the chain before OpenVINO) and ``student_onnx_int8`` (static int8 ONNX through
 ``minibert.runtime`` on the fastest path this host has that the graph's parity record allows, ``openvino`` and
-``bf16_inference`` saying which: the deployed chain). Each model reads texts through the windows its file records
+``bf16_inference`` saying which, ``latency_openvino`` and ``latency_bf16_inference`` the path its one-thread copy took
+for the latency: the deployed chain). Each model reads texts through the windows its file records
 (``minibert.contract``): longer texts (IMDb) through several. Speed is measured end to end from raw text (tokenization included):
 
 - latency: p50 / p95 of ``pipeline.metrics.LATENCY_ROWS`` single texts, one at a time, on one thread;
@@ -86,6 +87,7 @@ class Variant:
     bf16: bool = False  # torch under bf16 autocast
     temperature: float = 1.0  # its logits' divisor before the softmax, as its file records (minibert.calibration)
     engine_path: str = ""  # an exported graph's inference path here (runtime/precision, minibert.engines)
+    latency_engine_path: str = ""  # the path its one-thread copy took (``auto`` picks again on one thread)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,10 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16),
                **({"openvino": float(variant.engine_path.startswith("openvino")),
-                   "bf16_inference": float(variant.engine_path.endswith("bf16"))} if variant.engine_path else {})}
+                   "bf16_inference": float(variant.engine_path.endswith("bf16"))} if variant.engine_path else {}),
+               **({"latency_openvino": float(variant.latency_engine_path.startswith("openvino")),
+                   "latency_bf16_inference": float(variant.latency_engine_path.endswith("bf16"))}
+                  if variant.latency_engine_path else {})}
     return Measured(metrics, probabilities, bins)
 
 
@@ -124,9 +129,9 @@ def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int, runtime: 
     def classifier(count: int) -> TextClassifier:
         return TextClassifier.from_files(tokenizer, path, RuntimeConfig(batch_size=BATCH_SIZE, threads=count, runtime=runtime))
 
-    batched = classifier(threads)
-    return Variant(name, path, batched.logits, classifier(1).logits, temperature=batched.temperature,
-                   engine_path=batched.path)
+    batched, single = classifier(threads), classifier(1)
+    return Variant(name, path, batched.logits, single.logits, temperature=batched.temperature,
+                   engine_path=batched.path, latency_engine_path=single.path)
 
 
 def run(variants: list[Variant], test: pd.DataFrame, threads: int) -> dict[str, Measured]:
