@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from pathlib import Path
 
@@ -70,6 +70,7 @@ class Variant:
     single: Texts  # end to end, 1 thread
     windows: Windows  # model only
     size_mb: float
+    path: str = "torch"  # the inference path it runs on (runtime/precision)
 
 
 def onnx_variant(name: str, path: Path, tokenizer: Path, task, threads: int, runtime: str = "onnxruntime") -> Variant:
@@ -81,8 +82,8 @@ def onnx_variant(name: str, path: Path, tokenizer: Path, task, threads: int, run
         return TextClassifier.from_files(tokenizer, path, cfg)
 
     batched = classifier(threads)
-    return Variant(f"{name} [{batched.path}]", "student", batched.logits, classifier(1).logits,
-                   lambda ids, mask: batched.engine(ids.numpy(), mask.numpy()), path.stat().st_size / 1e6)
+    return Variant(name, "student", batched.logits, classifier(1).logits,
+                   lambda ids, mask: batched.engine(ids.numpy(), mask.numpy()), path.stat().st_size / 1e6, batched.path)
 
 
 SETTLE_S = 0.3  # idle worker threads of the previous run (torch OpenMP, ORT pools) stop spinning first
@@ -166,8 +167,7 @@ def main() -> None:
                      onnx_variant("student onnx int8 (fused + ORT optimiser)", built["onnx_int8_ort_optimizer"], tok_path, student_task,
                                   args.threads)]
     teacher_int8 = onnx_variant("teacher onnx int8 (fused)", built["teacher_onnx_int8"], tok_path, task, args.threads)
-    variants.append(Variant(teacher_int8.name, "teacher", teacher_int8.texts, teacher_int8.single, teacher_int8.windows,
-                            teacher_int8.size_mb))
+    variants.append(replace(teacher_int8, model="teacher"))
 
     torch.set_num_threads(args.threads)
     accuracy = {v.name: classification_metrics(labels, v.texts(texts))["accuracy"] for v in variants}
@@ -181,20 +181,18 @@ def main() -> None:
         latency = {v.name: single_text_latency(v.single, texts[: args.latency_rows]) for v in variants}
     torch.set_num_threads(args.threads)
 
-    rows = [{"variant": v.name, "accuracy": accuracy[v.name], "size_mb": v.size_mb,
+    rows = [{"variant": v.name, "path": v.path, "accuracy": accuracy[v.name], "size_mb": v.size_mb,
              "throughput_e2e_per_s": len(texts) / e2e[v.name], "throughput_model_per_s": len(texts) / model_only[v.name],
              **latency[v.name]} for v in variants]
     by = {r["variant"]: r for r in rows}
-    deployed = next(r for r in rows if r["variant"].startswith("student onnx int8 = deployed"))
-    student_fp32 = by["student torch fp32"]
+    deployed, student_fp32 = by["student onnx int8 = deployed"], by["student torch fp32"]
     teacher_fp32 = by["teacher torch fp32"]
     checks = {
         "onnx_fp32_max_abs_diff": max(p["max_abs_diff"] for p in parity_rows.values()),
         "onnx_fp32_argmax_agreement": min(p["argmax_agreement"] for p in parity_rows.values()),
         "student_share_of_teacher_accuracy": student_fp32["accuracy"] / teacher_fp32["accuracy"],
         "student_non_embedding_ratio": s_non_emb / t_non_emb,
-        "int8_onnx_accuracy_loss_points": 100 * (by["student onnx fp32 (fused) [onnxruntime/fp32]"]["accuracy"]
-                                                 - deployed["accuracy"]),
+        "int8_onnx_accuracy_loss_points": 100 * (by["student onnx fp32 (fused)"]["accuracy"] - deployed["accuracy"]),
         "int8_onnx_vs_torch_fp32_throughput_e2e": deployed["throughput_e2e_per_s"] / student_fp32["throughput_e2e_per_s"],
         "int8_onnx_vs_torch_fp32_throughput_model": deployed["throughput_model_per_s"] / student_fp32["throughput_model_per_s"],
         "deployed_vs_teacher_throughput_e2e": deployed["throughput_e2e_per_s"] / teacher_fp32["throughput_e2e_per_s"],
@@ -213,9 +211,9 @@ def main() -> None:
     }
     verdicts = {k: (checks[k] <= bound if op == "<=" else checks[k] >= bound) for k, (op, bound) in targets.items()}
 
-    print(f"\n{'variant':62s} {'acc %':>6s} {'MB':>6s} {'e2e/s':>8s} {'model/s':>8s} {'p50 ms':>7s} {'p95 ms':>7s}  x teacher e2e")
+    print(f"\n{'variant':44s} {'path':16s} {'acc %':>6s} {'MB':>6s} {'e2e/s':>8s} {'model/s':>8s} {'p50 ms':>7s} {'p95 ms':>7s}  x teacher e2e")
     for r in rows:
-        print(f"{r['variant']:62s} {100 * r['accuracy']:6.2f} {r['size_mb']:6.2f} {r['throughput_e2e_per_s']:8.0f} "
+        print(f"{r['variant']:44s} {r['path']:16s} {100 * r['accuracy']:6.2f} {r['size_mb']:6.2f} {r['throughput_e2e_per_s']:8.0f} "
               f"{r['throughput_model_per_s']:8.0f} {r['p50_ms']:7.2f} {r['p95_ms']:7.2f}  "
               f"{r['throughput_e2e_per_s'] / teacher_fp32['throughput_e2e_per_s']:5.2f}")
     print(f"\nfused ORT optimiser nodes: {fusions}")

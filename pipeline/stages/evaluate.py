@@ -115,12 +115,17 @@ def measure(variant: Variant, texts: list[str], labels: np.ndarray, threads: int
     metrics = {**classification_metrics(labels, scores), "ece": ece, **calibrated, **latency,
                "throughput_per_s": len(texts) / seconds, "size_mb": variant.path.stat().st_size / 1e6,
                "bf16_autocast": float(variant.bf16),
-               **({"openvino": float(variant.engine_path.startswith("openvino")),
-                   "bf16_inference": float(variant.engine_path.endswith("bf16"))} if variant.engine_path else {}),
-               **({"latency_openvino": float(variant.latency_engine_path.startswith("openvino")),
-                   "latency_bf16_inference": float(variant.latency_engine_path.endswith("bf16"))}
-                  if variant.latency_engine_path else {})}
+               **path_flags(variant.engine_path), **path_flags(variant.latency_engine_path, "latency_")}
     return Measured(metrics, probabilities, bins)
+
+
+def path_flags(engine_path: str, prefix: str = "") -> dict[str, float]:
+    """Which inference path (``runtime/precision``) a number was measured on, as metrics: on OpenVINO or not, in bf16
+    or not; none for a variant without one (torch, TF-IDF)."""
+    if not engine_path:
+        return {}
+    return {f"{prefix}openvino": float(engine_path.startswith("openvino")),
+            f"{prefix}bf16_inference": float(engine_path.endswith("bf16"))}
 
 
 def onnx_variant(name: str, path: Path, tokenizer: Path, threads: int, runtime: str = "auto") -> Variant:
